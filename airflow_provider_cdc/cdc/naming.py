@@ -1,0 +1,76 @@
+"""Topic names (Debezium's ``<prefix>.<schema>.<table>``) and the directories that hold them.
+
+Topic names stay exactly as Debezium spells them. Directory names must survive every file
+system and never collide, so each part is percent-encoded except ``[A-Za-z0-9_-]`` (dots,
+spaces, quotes, slashes and non-ASCII characters are all escaped) and the parts are joined with
+dots. Unlike Debezium's ``_`` replacement this is reversible, so ``a.b``/``a_b`` cannot collide.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+
+_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+COMMIT_LOG_DIR = "_cdc_log"
+
+
+def validate_topic_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise CdcConfigurationError(
+            f"topic_prefix {prefix!r} is invalid: use letters, digits and '_' and start with a "
+            "letter or '_' (it names topics, directories and the stored offset)"
+        )
+    return prefix
+
+
+def table_topic(prefix: str, schema: str, table: str) -> str:
+    return f"{prefix}.{schema}.{table}"
+
+
+def transaction_topic(prefix: str) -> str:
+    return f"{prefix}.transaction"
+
+
+def topic_directory(*parts: str) -> str:
+    """Directory name for a topic given its parts (prefix, schema, table)."""
+    return ".".join(_escape(p) for p in parts)
+
+
+def commit_log_directory(prefix: str) -> str:
+    return f"{COMMIT_LOG_DIR}/{_escape(prefix)}"
+
+
+def _escape(part: str) -> str:
+    if not part:
+        raise CdcConfigurationError("empty name part in a topic")
+    return quote(part, safe="").replace(".", "%2E").replace("~", "%7E")
+
+
+class Topic:
+    """A dataset of the sink: its Debezium topic name and its directory under the base path."""
+
+    __slots__ = ("directory", "name")
+
+    def __init__(self, name: str, directory: str):
+        self.name = name
+        self.directory = directory
+
+    @classmethod
+    def for_table(cls, prefix: str, schema: str, table: str) -> Topic:
+        return cls(table_topic(prefix, schema, table), topic_directory(prefix, schema, table))
+
+    @classmethod
+    def transactions(cls, prefix: str) -> Topic:
+        return cls(transaction_topic(prefix), topic_directory(prefix, "transaction"))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Topic) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r})"

@@ -1,0 +1,143 @@
+"""The sink's commit log: the durable record of which windows landed, and where.
+
+Data files of a window are written under a fresh ``attempt=<id>`` directory; nothing reads them
+until an entry naming that attempt is published in the log (an atomic, never-overwriting file
+create, see :mod:`.storage`). Entries are numbered; when a window is committed again (a re-run),
+the newest entry for that window id wins and the older attempt's files become garbage. Readers
+therefore see exactly the committed windows and never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_cdc.cdc.errors import CdcStateError, InvalidOffsetError
+from airflow_provider_cdc.cdc.naming import commit_log_directory
+from airflow_provider_cdc.cdc.sinks.storage import Storage
+from airflow_provider_cdc.cdc.window import Window
+
+ENTRY_FORMAT = 1
+_ENTRY_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class DatasetCommit:
+    topic: str
+    path: str  # relative to the sink's base path
+    events: int
+    ops: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "path": self.path, "events": self.events, "ops": dict(self.ops)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DatasetCommit:
+        return cls(data["topic"], data["path"], int(data["events"]), dict(data.get("ops") or {}))
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    topic_prefix: str
+    window: Window
+    attempt: str
+    datasets: tuple[DatasetCommit, ...]
+    transactions: int
+    last_commit_lsn: int | None
+    last_tx_id: int | None
+    last_commit_ts_us: int | None
+    committed_at_ms: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    log_seq: int = 0  # position in the log, set when read back
+
+    @property
+    def window_id(self) -> str:
+        return self.window.window_id
+
+    def dataset(self, topic: str) -> DatasetCommit | None:
+        return next((d for d in self.datasets if d.topic == topic), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": ENTRY_FORMAT,
+            "topic_prefix": self.topic_prefix,
+            "window": self.window.to_dict(),
+            "attempt": self.attempt,
+            "datasets": [d.to_dict() for d in self.datasets],
+            "transactions": self.transactions,
+            "last_commit_lsn": self.last_commit_lsn,
+            "last_tx_id": self.last_tx_id,
+            "last_commit_ts_us": self.last_commit_ts_us,
+            "committed_at_ms": self.committed_at_ms,
+            "stats": self.stats,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, log_seq: int = 0) -> CommitEntry:
+        if data.get("format") != ENTRY_FORMAT:
+            raise InvalidOffsetError(f"commit log entry has unknown format {data.get('format')!r}")
+        return cls(
+            topic_prefix=data["topic_prefix"],
+            window=Window.from_dict(data["window"]),
+            attempt=data["attempt"],
+            datasets=tuple(DatasetCommit.from_dict(d) for d in data["datasets"]),
+            transactions=int(data["transactions"]),
+            last_commit_lsn=data.get("last_commit_lsn"),
+            last_tx_id=data.get("last_tx_id"),
+            last_commit_ts_us=data.get("last_commit_ts_us"),
+            committed_at_ms=int(data["committed_at_ms"]),
+            stats=dict(data.get("stats") or {}),
+            log_seq=log_seq,
+        )
+
+
+class CommitLog:
+    def __init__(self, storage: Storage, topic_prefix: str):
+        self.storage = storage
+        self.topic_prefix = topic_prefix
+        self.directory = commit_log_directory(topic_prefix)
+
+    def entries(self) -> list[CommitEntry]:
+        """All entries in log order."""
+        out = []
+        for name in self.storage.list_names(self.directory):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            seq = int(name[: -len(".json")])
+            text = self.storage.read_text(f"{self.directory}/{name}")
+            try:
+                out.append(CommitEntry.from_dict(json.loads(text), log_seq=seq))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CdcStateError(
+                    f"commit log entry {self.storage.uri(self.directory + '/' + name)} is unreadable ({exc})"
+                ) from None
+        return out
+
+    def committed(self) -> list[CommitEntry]:
+        """The effective entry of every committed window (newest entry per window), by window."""
+        latest: dict[int, CommitEntry] = {}
+        for entry in self.entries():
+            latest[entry.window.seq] = entry
+        return [latest[seq] for seq in sorted(latest)]
+
+    def latest(self) -> CommitEntry | None:
+        committed = self.committed()
+        return committed[-1] if committed else None
+
+    def get(self, window_seq: int) -> CommitEntry | None:
+        return next((e for e in reversed(self.entries()) if e.window.seq == window_seq), None)
+
+    def append(self, entry: CommitEntry) -> CommitEntry:
+        """Publish ``entry`` as the next log record. Fails if another writer took that number."""
+        names = [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+        seq = (int(names[-1][: -len(".json")]) + 1) if names else 1
+        rel = f"{self.directory}/{seq:0{_ENTRY_DIGITS}d}.json"
+        try:
+            self.storage.publish_text(rel, json.dumps(entry.to_dict(), sort_keys=True, indent=1))
+        except FileExistsError:
+            raise CdcStateError(
+                f"commit log entry {self.storage.uri(rel)} was written concurrently: two runs of "
+                f"capture {self.topic_prefix!r} committed at once"
+            ) from None
+        return CommitEntry.from_dict(entry.to_dict(), log_seq=seq)

@@ -1,0 +1,492 @@
+"""Slot and publication administration, preflight checks and slot status (plain SQL).
+
+Every function takes an open psycopg connection (autocommit) and returns plain values. The
+Airflow hook wraps these; the engine calls them directly. Identifiers always go through
+``psycopg.sql.Identifier``; values are bound parameters.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    ConcurrentCaptureError,
+    PublicationError,
+    SlotConfigurationError,
+    SlotMissingError,
+    UnknownTableError,
+)
+from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
+from airflow_provider_cdc.cdc.sources.postgres.tables import (
+    REPLICA_IDENTITY_NAMES,
+    Column,
+    TableInfo,
+    TableRef,
+)
+from airflow_provider_cdc.cdc.sources.postgres.types import PgType
+
+PLUGIN = "pgoutput"
+MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
+PUBLICATION_MODES = ("filtered", "all_tables", "disabled")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version_num: int
+    wal_level: str
+    system_identifier: str
+    database: str
+    encoding: str
+    user: str
+    is_superuser: bool
+    has_replication: bool
+    max_replication_slots: int
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    slot_name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    temporary: bool
+    active: bool
+    active_pid: int | None
+    restart_lsn: Lsn | None
+    confirmed_flush_lsn: Lsn | None
+    wal_status: str | None
+    safe_wal_size: int | None
+    current_lsn: Lsn
+
+    @property
+    def pending_bytes(self) -> int | None:
+        """WAL written since the last acknowledgement (an upper bound for pending changes)."""
+        if self.confirmed_flush_lsn is None:
+            return None
+        return max(0, self.current_lsn - self.confirmed_flush_lsn)
+
+    @property
+    def retained_bytes(self) -> int | None:
+        """WAL the server keeps for this slot."""
+        if self.restart_lsn is None:
+            return None
+        return max(0, self.current_lsn - self.restart_lsn)
+
+    @property
+    def wal_lost(self) -> bool:
+        return self.wal_status == "lost"
+
+    def to_dict(self) -> dict:
+        return {
+            "slot_name": self.slot_name,
+            "plugin": self.plugin,
+            "active": self.active,
+            "active_pid": self.active_pid,
+            "restart_lsn": _text(self.restart_lsn),
+            "confirmed_flush_lsn": _text(self.confirmed_flush_lsn),
+            "wal_status": self.wal_status,
+            "safe_wal_size": self.safe_wal_size,
+            "current_lsn": str(self.current_lsn),
+            "pending_bytes": self.pending_bytes,
+            "retained_bytes": self.retained_bytes,
+        }
+
+
+def server_info(conn) -> ServerInfo:
+    row = conn.execute(
+        """
+        SELECT current_setting('server_version_num')::int,
+               current_setting('wal_level'),
+               (SELECT system_identifier::text FROM pg_control_system()),
+               current_database(),
+               pg_encoding_to_char(d.encoding),
+               current_user,
+               r.rolsuper,
+               r.rolreplication,
+               current_setting('max_replication_slots')::int
+        FROM pg_database d, pg_roles r
+        WHERE d.datname = current_database() AND r.rolname = current_user
+        """
+    ).fetchone()
+    return ServerInfo(*row)
+
+
+def check_server(info: ServerInfo) -> list[str]:
+    """Problems that make logical decoding impossible on this server, as actionable messages."""
+    problems = []
+    if info.version_num < MIN_SERVER_VERSION:
+        problems.append(f"PostgreSQL {info.version_num // 10000} is too old: logical capture needs 14 or newer")
+    if info.wal_level != "logical":
+        problems.append(
+            f"wal_level is '{info.wal_level}', it must be 'logical': set wal_level = logical in "
+            "postgresql.conf (or rds.logical_replication = 1 on RDS) and restart the server"
+        )
+    if not (info.is_superuser or info.has_replication):
+        problems.append(
+            f"role {info.user!r} lacks the REPLICATION attribute: ALTER ROLE {sql_ident(info.user)} REPLICATION"
+        )
+    if info.encoding != "UTF8":
+        problems.append(f"database encoding is {info.encoding}; change capture supports UTF8 databases only")
+    if info.max_replication_slots < 1:
+        problems.append("max_replication_slots is 0: raise it and restart the server")
+    return problems
+
+
+def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]:
+    """Catalog description of each table; raises :class:`UnknownTableError` naming the missing."""
+    if not refs:
+        raise CdcConfigurationError("no tables to capture")
+    rows = conn.execute(
+        """
+        SELECT c.oid, n.nspname, c.relname, c.relkind, c.relreplident
+        FROM unnest(%s::text[], %s::text[]) AS w(s, t)
+        JOIN pg_namespace n ON n.nspname = w.s
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t
+        """,
+        ([r.schema for r in refs], [r.name for r in refs]),
+    ).fetchall()
+    found = {TableRef(nsp, rel): (oid, kind, ident) for oid, nsp, rel, kind, ident in rows}
+    missing = [r for r in refs if r not in found]
+    if missing:
+        raise UnknownTableError(_missing_tables_message(conn, missing))
+    not_tables = [f"{r} ({found[r][1]})" for r in refs if found[r][1] not in ("r", "p")]
+    if not_tables:
+        raise CdcConfigurationError(
+            f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}"
+        )
+    oids = [found[r][0] for r in refs]
+    columns: dict[int, list[Column]] = {oid: [] for oid in oids}
+    for relid, name, type_oid, typmod, type_name in conn.execute(
+        """
+        SELECT a.attrelid, a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+        ORDER BY a.attrelid, a.attnum
+        """,
+        (oids,),
+    ):
+        columns[relid].append(Column(name, PgType(type_oid, typmod, type_name)))
+    keys: dict[int, dict[str, list[str]]] = {oid: {} for oid in oids}
+    for relid, is_primary, names in conn.execute(
+        """
+        SELECT i.indrelid, i.indisprimary,
+               array(SELECT a.attname
+                     FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                     ORDER BY k.ord)
+        FROM pg_index i
+        WHERE i.indrelid = ANY(%s) AND (i.indisprimary OR i.indisreplident)
+        """,
+        (oids,),
+    ):
+        keys[relid]["primary" if is_primary else "identity"] = list(names)
+    out = {}
+    for ref in refs:
+        oid, _kind, ident = found[ref]
+        key = keys[oid].get("primary") or keys[oid].get("identity") or []
+        out[ref] = TableInfo(
+            ref=ref,
+            oid=oid,
+            columns=tuple(columns[oid]),
+            key_columns=tuple(key),
+            replica_identity=ident,
+            has_primary_key="primary" in keys[oid],
+        )
+    return out
+
+
+def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
+    """Replica identity and privilege problems of captured tables."""
+    problems = []
+    tables = list(tables)
+    for table in tables:
+        ident = REPLICA_IDENTITY_NAMES.get(table.replica_identity, table.replica_identity)
+        if table.replica_identity == "n":
+            problems.append(
+                f"{table.ref} has REPLICA IDENTITY NOTHING: updates and deletes cannot be captured "
+                f"(and fail on the source once published). Run: ALTER TABLE {table.ref} REPLICA IDENTITY "
+                "DEFAULT (with a primary key) or FULL"
+            )
+        elif table.replica_identity == "d" and not table.has_primary_key:
+            problems.append(
+                f"{table.ref} has no primary key and REPLICA IDENTITY {ident}: updates and deletes "
+                f"cannot be captured. Add a primary key, or run: ALTER TABLE {table.ref} REPLICA IDENTITY FULL"
+            )
+        elif table.replica_identity == "i" and not table.key_columns:
+            problems.append(f"{table.ref} uses REPLICA IDENTITY USING INDEX but the index is gone")
+    if tables:
+        denied = conn.execute(
+            "SELECT t FROM unnest(%s::oid[], %s::text[]) AS x(o, t) WHERE NOT has_table_privilege(o, 'SELECT')",
+            ([t.oid for t in tables], [str(t.ref) for t in tables]),
+        ).fetchall()
+        for (name,) in denied:
+            problems.append(f"the capture role cannot SELECT from {name}: GRANT SELECT ON {name} TO <role>")
+    return problems
+
+
+def raise_if_problems(problems: list[str], error: type[CdcConfigurationError], heading: str) -> None:
+    if problems:
+        bullet = "\n  - "
+        raise error(f"{heading}:{bullet}{bullet.join(problems)}")
+
+
+def current_lsn(conn) -> Lsn:
+    """The current WAL insert position: always a record boundary, so no record straddles it."""
+    return Lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
+
+
+SLOT_STATUS_SQL = """
+    SELECT s.slot_name::text, s.plugin::text, s.slot_type, s.database::text, s.temporary, s.active,
+           s.active_pid, s.restart_lsn::text, s.confirmed_flush_lsn::text, s.wal_status,
+           s.safe_wal_size, pg_current_wal_insert_lsn()::text
+    FROM pg_replication_slots s WHERE s.slot_name = %s
+"""
+
+#: Captured changes (Insert, Update, Delete, Truncate messages) among the next transactions.
+PEEK_CHANGES_SQL = """
+    SELECT count(*) FROM pg_logical_slot_peek_binary_changes(
+        %s, NULL, %s, 'proto_version', '1', 'publication_names', %s)
+    WHERE get_byte(data, 0) IN (73, 85, 68, 84)
+"""
+
+
+def slot_status(conn, slot: str) -> SlotStatus | None:
+    row = conn.execute(SLOT_STATUS_SQL, (slot,)).fetchone()
+    return None if row is None else slot_status_from_row(row)
+
+
+def slot_status_from_row(row: Sequence) -> SlotStatus:
+    return SlotStatus(
+        slot_name=row[0],
+        plugin=row[1],
+        slot_type=row[2],
+        database=row[3],
+        temporary=row[4],
+        active=row[5],
+        active_pid=row[6],
+        restart_lsn=lsn_or_none(row[7]),
+        confirmed_flush_lsn=lsn_or_none(row[8]),
+        wal_status=row[9],
+        safe_wal_size=row[10],
+        current_lsn=Lsn(row[11]),
+    )
+
+
+def require_slot(conn, slot: str, database: str) -> SlotStatus:
+    status = slot_status(conn, slot)
+    if status is None:
+        raise SlotMissingError(
+            f"replication slot {slot!r} does not exist. Run the setup task (PostgresCdcSetupOperator) "
+            "to create it; if it existed before, it was dropped and changes since then are lost: "
+            "re-snapshot (snapshot_mode='when_needed' or 'always')."
+        )
+    verify_slot(status, database)
+    return status
+
+
+def verify_slot(status: SlotStatus, database: str) -> None:
+    if status.slot_type != "logical" or status.plugin != PLUGIN:
+        raise SlotConfigurationError(
+            f"replication slot {status.slot_name!r} uses plugin {status.plugin!r} "
+            f"({status.slot_type}); this capture needs a logical slot with {PLUGIN!r}. Use another "
+            "slot name, or drop the slot if nothing else uses it."
+        )
+    if status.database != database:
+        raise SlotConfigurationError(
+            f"replication slot {status.slot_name!r} belongs to database {status.database!r}, "
+            f"not {database!r}; slots are per database: choose another slot name"
+        )
+
+
+def ensure_slot(conn, slot: str, database: str) -> tuple[SlotStatus, bool]:
+    """Create the logical slot if missing; verify it if present. Returns (status, created)."""
+    status = slot_status(conn, slot)
+    if status is not None:
+        verify_slot(status, database)
+        return status, False
+    conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
+    created = slot_status(conn, slot)
+    assert created is not None
+    return created, True
+
+
+def drop_slot(conn, slot: str) -> bool:
+    status = slot_status(conn, slot)
+    if status is None:
+        return False
+    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    return True
+
+
+def advance_slot(conn, slot: str, lsn: Lsn) -> Lsn:
+    """Acknowledge the slot up to ``lsn`` (never backwards). Returns the confirmed position."""
+    status = slot_status(conn, slot)
+    if status is None:
+        raise SlotMissingError(f"replication slot {slot!r} disappeared before it could be acknowledged")
+    if status.active:
+        raise ConcurrentCaptureError(
+            f"replication slot {slot!r} is in use by pid {status.active_pid}; cannot acknowledge it"
+        )
+    confirmed = status.confirmed_flush_lsn
+    if confirmed is not None and confirmed >= lsn:
+        return confirmed
+    conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, str(lsn)))
+    after = slot_status(conn, slot)
+    assert after is not None and after.confirmed_flush_lsn is not None
+    if after.confirmed_flush_lsn < lsn:
+        # pg_replication_slot_advance stops at the flushed WAL position; the target was flushed
+        # when the window was read, so this only happens if the target was never flushed.
+        raise SlotConfigurationError(f"slot {slot!r} could only be advanced to {after.confirmed_flush_lsn}, not {lsn}")
+    return after.confirmed_flush_lsn
+
+
+def publication_tables(conn, name: str) -> tuple[bool, set[TableRef], dict[str, bool]] | None:
+    """(all_tables, tables, publish flags) of a publication, or None if it does not exist."""
+    row = conn.execute(
+        "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return None
+    tables = {
+        TableRef(s, t)
+        for s, t in conn.execute(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = %s", (name,)
+        )
+    }
+    flags = {"insert": row[1], "update": row[2], "delete": row[3], "truncate": row[4]}
+    return row[0], tables, flags
+
+
+def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "filtered") -> str:
+    """Create or verify the publication; returns what was done ('created', 'altered', 'verified').
+
+    ``filtered`` creates ``FOR TABLE <captured>`` and adds missing captured tables to an existing
+    publication; ``all_tables`` creates ``FOR ALL TABLES``; ``disabled`` never changes anything.
+    """
+    if mode not in PUBLICATION_MODES:
+        raise CdcConfigurationError(
+            f"publication_autocreate_mode {mode!r} is not one of {', '.join(PUBLICATION_MODES)}"
+        )
+    existing = publication_tables(conn, name)
+    if existing is None:
+        if mode == "disabled":
+            raise PublicationError(
+                f"publication {name!r} does not exist and publication_autocreate_mode is 'disabled'. "
+                f"Create it: CREATE PUBLICATION {sql_ident(name)} FOR TABLE "
+                f"{', '.join(str(r) for r in refs)}"
+            )
+        if mode == "all_tables":
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
+        else:
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                    sql.Identifier(name), sql.SQL(", ").join(r.sql() for r in refs)
+                )
+            )
+        return "created"
+    all_tables, tables, _flags = existing
+    missing = [r for r in refs if not all_tables and r not in tables]
+    if missing and mode == "filtered":
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(name), sql.SQL(", ").join(r.sql() for r in missing)
+            )
+        )
+        return "altered"
+    verify_publication(conn, name, refs)
+    return "verified"
+
+
+def verify_publication(conn, name: str, refs: Sequence[TableRef]) -> None:
+    existing = publication_tables(conn, name)
+    if existing is None:
+        raise PublicationError(f"publication {name!r} does not exist; run the setup task to create it")
+    all_tables, tables, flags = existing
+    missing = [r for r in refs if not all_tables and r not in tables]
+    if missing:
+        raise PublicationError(
+            f"publication {name!r} does not contain {', '.join(str(r) for r in missing)}; changes to "
+            f"them would be silently missed. Run: ALTER PUBLICATION {sql_ident(name)} ADD TABLE "
+            f"{', '.join(str(r) for r in missing)}"
+        )
+    off = [op for op in ("insert", "update", "delete") if not flags[op]]
+    if off:
+        raise PublicationError(
+            f"publication {name!r} does not publish {', '.join(off)}; those changes would be missed. "
+            f"Run: ALTER PUBLICATION {sql_ident(name)} SET (publish = 'insert, update, delete, truncate')"
+        )
+
+
+def try_capture_lock(conn, capture: str) -> None:
+    """Take the session-level advisory lock of a capture, or fail fast naming the holder."""
+    key = _lock_key(capture)
+    if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+        return
+    holder = conn.execute(
+        """
+        SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted
+          AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = %s::bigint
+        """,
+        (key,),
+    ).fetchone()
+    who = (
+        f"pid {holder[0]} ({holder[1] or 'unknown application'}, from {holder[2] or 'local socket'}, "
+        f"connected since {holder[3]:%Y-%m-%d %H:%M:%S})"
+        if holder
+        else "another session"
+    )
+    raise ConcurrentCaptureError(
+        f"capture {capture!r} is already running in {who}. Only one run per capture may read the "
+        "slot at a time: set max_active_runs=1 on the DAG, and wait for the other run to finish."
+    )
+
+
+def release_capture_lock(conn, capture: str) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s)", (_lock_key(capture),))
+
+
+def sql_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lock_key(capture: str) -> int:
+    import hashlib
+
+    digest = hashlib.blake2b(f"airflow-provider-cdc:{capture}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _missing_tables_message(conn, missing: list[TableRef]) -> str:
+    known = [
+        TableRef(s, t)
+        for s, t in conn.execute(
+            """
+            SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+              AND n.nspname NOT LIKE 'pg_toast%%'
+            """
+        )
+    ]
+    names = {r.data_collection: r for r in known}
+    parts = []
+    for ref in missing:
+        close = difflib.get_close_matches(ref.data_collection, list(names), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(str(names[c]) for c in close)}?)" if close else ""
+        parts.append(f"{ref}{hint}")
+    return (
+        f"table(s) not found or not visible to the capture role: {'; '.join(parts)}. "
+        "Names follow PostgreSQL rules: unquoted parts are lower-cased, quote mixed-case names "
+        '(\'"Sales"."Orders"\').'
+    )
+
+
+def _text(lsn: Lsn | None) -> str | None:
+    return None if lsn is None else str(lsn)

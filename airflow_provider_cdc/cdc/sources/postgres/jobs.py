@@ -1,0 +1,230 @@
+"""Running one PostgreSQL window: the engine's entry point (no Airflow here).
+
+``run_job(spec)`` moves exactly the data of ``spec.window`` into the sink and publishes its
+commit-log entry. It never stores offsets and never acknowledges the slot: the operator does
+that afterwards, in that order (write → commit → offset → acknowledge).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_cdc.cdc.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.sources.postgres import admin
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, event_layout
+from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
+from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
+    BlockRange,
+    SnapshotPoint,
+    import_snapshot,
+    plan_block_ranges,
+    read_partition,
+    snapshot_facts,
+)
+from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, quote_ident
+from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+
+log = logging.getLogger(__name__)
+
+SparkProvider = Callable[[], Any]
+
+
+def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
+    """Run the window of ``spec`` and return its commit-log entry."""
+    if spark_provider is None:
+        spark_provider = _lazy_session(spec)
+    started = time.monotonic()
+    entry = _run_snapshot(spec, spark_provider) if spec.window.kind == "snapshot" else _run_stream(spec, spark_provider)
+    log.info(
+        "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
+        entry.window.describe(),
+        sum(d.events for d in entry.datasets if not d.topic.endswith(".transaction")),
+        len(entry.datasets),
+        entry.transactions,
+        time.monotonic() - started,
+    )
+    return entry
+
+
+def _lazy_session(spec: PostgresJobSpec) -> SparkProvider:
+    @functools.cache
+    def provider() -> Any:
+        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+        started = time.monotonic()
+        session = get_or_create_session(spec.spark)
+        log.info("Spark session ready in %.1fs (master %s)", time.monotonic() - started, session.sparkContext.master)
+        return session
+
+    return provider
+
+
+def _topics(spec: PostgresJobSpec, tables: dict) -> list[Topic]:
+    topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
+    return [*topics, Topic.transactions(spec.topic_prefix)]
+
+
+def _context(spec: PostgresJobSpec) -> EventContext:
+    return EventContext(
+        topic_prefix=spec.topic_prefix,
+        database=spec.connection.dbname,
+        window_id=spec.window.window_id,
+        ts_ms=spec.window.planned_at_ms,
+    )
+
+
+def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    info = spec.connection
+    window = spec.window
+    assert window.from_lsn is not None and window.to_lsn is not None
+    with connect(info) as conn:
+        tables = admin.describe_tables(conn, list(spec.tables))
+        admin.verify_publication(conn, spec.publication_name, list(spec.tables))
+        status = admin.require_slot(conn, spec.slot_name, info.dbname)
+        assert status.confirmed_flush_lsn is not None
+        if status.confirmed_flush_lsn > window.from_lsn:
+            raise OffsetMismatchError(
+                f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, past the start "
+                f"of {window.describe()}: the window's changes are no longer in the slot"
+            )
+        if not window.is_empty_range:
+            # A non-transactional message after the target: the walsender sends it as soon as it
+            # decodes it, which proves it has passed the target even if nothing was captured.
+            conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MARKER_PREFIX, window.window_id))
+    log.info(
+        "reading %s from slot %r (%d bytes of WAL)", window.describe(), spec.slot_name, window.to_lsn - window.from_lsn
+    )
+    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    writer = sink.open_window(window, _topics(spec, tables))
+    collector = WindowCollector(
+        window=window,
+        tables=tables,
+        context=_context(spec),
+        topic_prefix=spec.topic_prefix,
+        previous_commit_lsn=spec.previous_commit_lsn,
+        max_changes_per_chunk=spec.options.max_changes_per_chunk,
+        flush=writer.write_chunk,
+    )
+    if not window.is_empty_range:
+        with ReplicationConnection(info) as replication:
+            replication.start_logical(
+                spec.slot_name,
+                window.from_lsn,
+                {
+                    "proto_version": "1",
+                    "publication_names": quote_ident(spec.publication_name),
+                    "messages": "true",
+                },
+            )
+            for frame in replication.frames(idle_timeout=spec.options.idle_timeout_seconds):
+                if collector.feed(frame):
+                    break
+    stats = collector.finish()
+    return writer.commit(
+        window,
+        transactions=stats.transactions,
+        last_commit_lsn=stats.last_commit_lsn,
+        last_tx_id=stats.last_tx_id,
+        last_commit_ts_us=stats.last_commit_ts_us,
+        stats={
+            "changes": stats.changes,
+            "chunks": stats.chunks,
+            "messages_skipped": stats.messages_skipped,
+            "seconds": round(time.monotonic() - stats.started, 3),
+        },
+    )
+
+
+def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    info = spec.connection
+    started = time.monotonic()
+    with connect(info) as conn:
+        tables = admin.describe_tables(conn, list(spec.tables))
+    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    writer = sink.open_window(spec.window, _topics(spec, tables))
+    spark = spark_provider()
+    context = _context(spec)
+    rows: dict[str, int] = {}
+    with ReplicationConnection(info) as replication:
+        creation = replication.create_slot(_temporary_slot_name(), temporary=True, export_snapshot=True)
+        assert creation.snapshot_name is not None
+        with connect(info) as conn:
+            import_snapshot(conn, creation.snapshot_name)
+            xmin, ts_ms = snapshot_facts(conn)
+            plans = {
+                ref: plan_block_ranges(
+                    conn,
+                    table,
+                    partition_bytes=spec.options.snapshot_partition_bytes,
+                    max_partitions=spec.options.snapshot_max_partitions,
+                )
+                for ref, table in tables.items()
+            }
+            conn.execute("COMMIT")
+        point = SnapshotPoint(creation.snapshot_name, int(creation.consistent_point), xmin, ts_ms)
+        log.info(
+            "snapshot %s exported at %s; reading %d table(s) in %d partition(s)",
+            point.snapshot_name,
+            creation.consistent_point,
+            len(tables),
+            sum(len(p) for p in plans.values()),
+        )
+        for ref, table in tables.items():
+            frame = _snapshot_frame(spark, info, point, table, plans[ref], context)
+            topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
+            rows[topic.name] = writer.write_dataframe(topic, frame)
+            log.info("snapshot of %s: %d rows", ref, rows[topic.name])
+    # The exported snapshot and the temporary slot end with the replication connection.
+    return writer.commit(
+        spec.window.with_end(creation.consistent_point),
+        stats={"rows": rows, "seconds": round(time.monotonic() - started, 3), "snapshot_xmin": xmin},
+    )
+
+
+def _snapshot_frame(
+    spark: Any,
+    info: PgConnectionInfo,
+    point: SnapshotPoint,
+    table: TableInfo,
+    ranges: list[BlockRange],
+    context: EventContext,
+) -> Any:
+    from airflow_provider_cdc.cdc.spark_session import spark_schema
+
+    layout = event_layout(table)
+    work = spark.createDataFrame(
+        spark.sparkContext.parallelize([(r.first, r.end) for r in ranges], len(ranges)),
+        "first long, end long",
+    )
+    reader = functools.partial(_read_ranges, info, point, table, context)
+    return work.mapInArrow(reader, spark_schema(layout.schema))
+
+
+def _read_ranges(
+    info: PgConnectionInfo,
+    point: SnapshotPoint,
+    table: TableInfo,
+    context: EventContext,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    # Runs in Spark's Python workers: one call per partition of block ranges.
+    for batch in batches:
+        for first, end in zip(batch.column("first").to_pylist(), batch.column("end").to_pylist()):
+            yield from read_partition(info, point, table, BlockRange(first, end), context)
+
+
+def _temporary_slot_name() -> str:
+    return f"cdc_snapshot_{os.getpid()}_{uuid.uuid4().hex[:12]}"

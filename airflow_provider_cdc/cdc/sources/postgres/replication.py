@@ -1,0 +1,222 @@
+"""A minimal client for PostgreSQL's streaming replication protocol (logical walsender).
+
+Hand-written on psycopg 3's libpq binding (``psycopg.pq``) because psycopg 3 has no replication
+API, and psycopg2's ``ReplicationCursor`` confirms ``flush_lsn = wal_end`` on its own whenever a
+keepalive arrives and no unconfirmed data was received: it would acknowledge the slot past our
+window before the sink commit. This client never reports a flush position. Slots are
+acknowledged only by ``pg_replication_slot_advance`` after the offset is durable (see
+``admin.advance_slot``).
+
+Two uses: creating a (temporary) slot that exports a snapshot for the initial snapshot, and
+streaming a slot's changes from a start LSN.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from airflow_provider_cdc.cdc.errors import (
+    CdcError,
+    CdcTransientError,
+    ConcurrentCaptureError,
+    SlotMissingError,
+    WalLostError,
+)
+from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.decoder import PG_EPOCH_OFFSET_US
+from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
+
+log = logging.getLogger(__name__)
+
+_XLOG_DATA_HEAD = struct.Struct("!QQQ")
+_KEEPALIVE = struct.Struct("!QQB")
+_STATUS_UPDATE = struct.Struct("!cQQQqB")
+
+
+@dataclass(frozen=True)
+class SlotCreation:
+    slot_name: str
+    consistent_point: Lsn
+    snapshot_name: str | None
+    plugin: str
+
+
+@dataclass(frozen=True, slots=True)
+class XLogData:
+    """One replication message: ``wal_start`` as sent by the walsender, and the payload."""
+
+    wal_start: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """The walsender has read (decoded) WAL up to ``wal_end``."""
+
+    wal_end: int
+
+
+class ReplicationConnection:
+    """A ``replication=database`` connection. Not thread-safe except for the status sender."""
+
+    def __init__(self, info: PgConnectionInfo):
+        from psycopg import pq
+
+        self._pq = pq
+        self._info = info
+        self._conn = pq.PGconn.connect(info.conninfo(replication=True).encode())
+        if self._conn.status != pq.ConnStatus.OK:
+            message = _error_text(self._conn.error_message)
+            self._conn.finish()
+            raise CdcTransientError(
+                f"cannot open a replication connection to {info.describe()}: {message}. "
+                "The role needs the REPLICATION attribute and pg_hba.conf must allow it."
+            )
+        self._lock = threading.Lock()
+        self._streaming = False
+        self._keeper: threading.Thread | None = None
+        self._stop_keeper = threading.Event()
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def create_slot(
+        self, name: str, *, plugin: str = "pgoutput", temporary: bool = False, export_snapshot: bool = False
+    ) -> SlotCreation:
+        """``CREATE_REPLICATION_SLOT``. With ``export_snapshot`` the snapshot stays importable
+        (``SET TRANSACTION SNAPSHOT``) until this connection runs another command or closes."""
+        command = (
+            f"CREATE_REPLICATION_SLOT {quote_ident(name)}"
+            f"{' TEMPORARY' if temporary else ''} LOGICAL {quote_ident(plugin)}"
+            f" {'EXPORT_SNAPSHOT' if export_snapshot else 'NOEXPORT_SNAPSHOT'}"
+        )
+        result = self._execute(command)
+        return SlotCreation(
+            slot_name=result[0].decode(),
+            consistent_point=Lsn(result[1].decode()),
+            snapshot_name=result[2].decode() if result[2] else None,
+            plugin=result[3].decode(),
+        )
+
+    def start_logical(self, slot: str, start_lsn: int, options: dict[str, str]) -> None:
+        """``START_REPLICATION SLOT ... LOGICAL``; the server skips transactions that committed
+        before ``max(start_lsn, confirmed_flush_lsn)``."""
+        rendered = ", ".join(f"{quote_ident(k)} '{v.replace(chr(39), chr(39) * 2)}'" for k, v in options.items())
+        command = f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {Lsn(start_lsn)} ({rendered})"
+        pq = self._pq
+        self._conn.send_query(command.encode())
+        result = self._conn.get_result()
+        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
+            message = _error_text(result.error_message if result else self._conn.error_message)
+            sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE) if result else None
+            while self._conn.get_result() is not None:
+                pass
+            raise _classify_start_error(slot, message, sqlstate)
+        self._conn.nonblocking = 1
+        self._streaming = True
+        self._keeper = threading.Thread(target=self._send_status_periodically, daemon=True)
+        self._keeper.start()
+
+    def frames(self, *, idle_timeout: float) -> Iterator[XLogData | Keepalive]:
+        """Replication frames as they arrive. Raises if nothing arrives for ``idle_timeout``."""
+        conn = self._conn
+        last_frame = time.monotonic()
+        while True:
+            with self._lock:
+                nbytes, data = conn.get_copy_data(1)
+            if nbytes > 0:
+                last_frame = time.monotonic()
+                kind = data[0]
+                if kind == 0x77:  # 'w' XLogData
+                    wal_start, _wal_end, _send_time = _XLOG_DATA_HEAD.unpack_from(data, 1)
+                    yield XLogData(wal_start, bytes(data[25:]))
+                elif kind == 0x6B:  # 'k' primary keepalive
+                    wal_end, _send_time, reply_requested = _KEEPALIVE.unpack_from(data, 1)
+                    if reply_requested:
+                        self.send_status()
+                    yield Keepalive(wal_end)
+                continue
+            if nbytes == 0:
+                if time.monotonic() - last_frame > idle_timeout:
+                    raise CdcTransientError(
+                        f"no replication data or keepalive from {self._info.describe()} for "
+                        f"{idle_timeout:.0f}s; the walsender may be stuck or the network down"
+                    )
+                select.select([conn.socket], [], [], 1.0)
+                with self._lock:
+                    conn.consume_input()
+                continue
+            # -1: the server ended the copy; -2: error
+            result = conn.get_result()
+            message = _error_text(result.error_message if result else conn.error_message)
+            raise CdcTransientError(f"replication stream from {self._info.describe()} ended: {message}")
+
+    def send_status(self) -> None:
+        """A standby status update that reports no position: keeps the walsender from timing
+        out without acknowledging anything (write/flush/apply are all InvalidXLogRecPtr)."""
+        now = int(time.time() * 1_000_000) - PG_EPOCH_OFFSET_US
+        message = _STATUS_UPDATE.pack(b"r", 0, 0, 0, now, 0)
+        with self._lock:
+            if self._streaming:
+                self._conn.put_copy_data(message)
+                self._conn.flush()
+
+    def close(self) -> None:
+        self._stop_keeper.set()
+        if self._keeper is not None:
+            self._keeper.join(timeout=5)
+        with self._lock:
+            self._streaming = False
+            self._conn.finish()
+
+    def __enter__(self) -> ReplicationConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _send_status_periodically(self, interval: float = 10.0) -> None:
+        # While the consumer is busy writing a chunk it does not read the socket; these updates
+        # reset the walsender's wal_sender_timeout so the connection survives long flushes.
+        while not self._stop_keeper.wait(interval):
+            try:
+                self.send_status()
+            except Exception:  # the main loop reports connection failures itself
+                log.debug("status update failed", exc_info=True)
+                return
+
+    def _execute(self, command: str) -> list[bytes | None]:
+        pq = self._pq
+        result = self._conn.exec_(command.encode())
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            message = _error_text(result.error_message)
+            sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
+            if sqlstate == b"42710":
+                raise CdcError(f"replication slot already exists: {message}")
+            raise CdcTransientError(f"replication command failed on {self._info.describe()}: {message}")
+        return [result.get_value(0, i) for i in range(result.nfields)]
+
+
+def _classify_start_error(slot: str, message: str, sqlstate: bytes | None) -> CdcError:
+    if sqlstate == b"42704":
+        return SlotMissingError(f"replication slot {slot!r} does not exist: {message}")
+    if sqlstate == b"55006":
+        return ConcurrentCaptureError(
+            f"replication slot {slot!r} is in use by another process ({message}); another run of this capture is active"
+        )
+    if "can no longer get changes" in message or "has been invalidated" in message or "removed" in message:
+        return WalLostError(f"replication slot {slot!r} cannot stream: {message}")
+    return CdcTransientError(f"START_REPLICATION on slot {slot!r} failed: {message}")
+
+
+def _error_text(raw: bytes | None) -> str:
+    text = (raw or b"").decode("utf-8", "replace").strip()
+    return " ".join(text.split()) or "unknown error"

@@ -1,0 +1,286 @@
+"""Reading one stream window from the slot: frames → decoded messages → event batches.
+
+The :class:`WindowCollector` is fed replication frames in order and decides when the window is
+complete (see :mod:`..window` for the bounds). Memory is bounded by ``max_changes_per_chunk``:
+whenever that many changes are buffered they are handed to ``flush`` as Arrow batches, even in
+the middle of a transaction; transaction boundary rows are emitted at each commit. Nothing is
+acknowledged here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction_rows
+from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.naming import table_topic
+from airflow_provider_cdc.cdc.sources.postgres.decoder import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Origin,
+    Relation,
+    Truncate,
+    TypeInfo,
+    Update,
+    decode_message,
+)
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, StreamEventBuffer
+from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
+from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, TableRef
+from airflow_provider_cdc.cdc.sources.postgres.types import PgType
+from airflow_provider_cdc.cdc.window import Window
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the non-transactional logical message each window emits after its target, so the
+#: walsender provably passes the target even when the captured tables are idle.
+MARKER_PREFIX = "airflow_provider_cdc.window_end"
+
+#: ``flush(event_batches_by_topic, transaction_batch_or_None)``
+FlushFn = Callable[[dict[str, list[pa.RecordBatch]], pa.RecordBatch | None], None]
+
+
+@dataclass
+class _Transaction:
+    xid: int
+    final_lsn: int
+    commit_ts_us: int
+    id: str
+    total: int = 0
+    per_collection: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class StreamStats:
+    changes: int = 0
+    transactions: int = 0
+    chunks: int = 0
+    messages_skipped: int = 0
+    ops: dict[str, Counter] = field(default_factory=dict)
+    last_commit_lsn: int | None = None
+    last_tx_id: int | None = None
+    last_commit_ts_us: int | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def count(self, topic: str, op: str) -> None:
+        self.ops.setdefault(topic, Counter())[op] += 1
+
+
+class WindowCollector:
+    def __init__(
+        self,
+        *,
+        window: Window,
+        tables: dict[TableRef, TableInfo],
+        context: EventContext,
+        topic_prefix: str,
+        previous_commit_lsn: int | None,
+        max_changes_per_chunk: int,
+        flush: FlushFn,
+    ):
+        self.window = window
+        self.tables = tables
+        self.context = context
+        self.topic_prefix = topic_prefix
+        self.previous_commit_lsn = previous_commit_lsn
+        self.max_changes = max_changes_per_chunk
+        self._flush = flush
+        self.stats = StreamStats()
+        self.done = False
+        self._relations: dict[int, tuple[TableInfo, tuple[Column, ...], int] | None] = {}
+        self._relation_versions: Counter = Counter()
+        self._type_names: dict[int, str] = {}
+        self._buffers: dict[tuple[int, int], StreamEventBuffer] = {}
+        self._buffered = 0
+        self._tx_rows: list[dict] = []
+        self._tx: _Transaction | None = None
+
+    # -- feeding -----------------------------------------------------------------------------
+
+    def feed(self, frame: XLogData | Keepalive) -> bool:
+        """Process one frame; returns True once the window is complete."""
+        if self.done:
+            return True
+        to_lsn = self.window.to_lsn
+        assert to_lsn is not None
+        if isinstance(frame, Keepalive):
+            if self._tx is None and frame.wal_end >= to_lsn:
+                self.done = True
+            return self.done
+        message = decode_message(frame.payload)
+        if isinstance(message, Begin):
+            if message.final_lsn >= to_lsn:
+                self.done = True
+                return True
+            if self.window.from_lsn is not None and message.final_lsn < self.window.from_lsn:
+                raise DecodingError(
+                    f"received a transaction committed at {message.final_lsn:X}, before the window "
+                    f"start {self.window.from_lsn}; the slot or start position is inconsistent"
+                )
+            self._tx = _Transaction(
+                message.xid, message.final_lsn, message.commit_ts_us, f"{message.xid}:{message.final_lsn}"
+            )
+        elif isinstance(message, Commit):
+            self._commit(message)
+        elif isinstance(message, (Insert, Update, Delete)):
+            self._change(message, frame.wal_start)
+        elif isinstance(message, Relation):
+            self._relation(message)
+        elif isinstance(message, Truncate):
+            self._truncate(message, frame.wal_start)
+        elif isinstance(message, LogicalMessage):
+            if not message.transactional and self._tx is None and message.lsn >= to_lsn:
+                self.done = True
+                return True
+            if message.prefix != MARKER_PREFIX:
+                self.stats.messages_skipped += 1
+        elif isinstance(message, TypeInfo):
+            self._type_names[message.oid] = f"{message.namespace}.{message.name}"
+        elif isinstance(message, Origin):
+            pass  # replication origin of a forwarded transaction: not part of the event
+        return False
+
+    def finish(self) -> StreamStats:
+        if self._tx is not None:
+            raise DecodingError(f"the stream ended inside transaction {self._tx.xid}")
+        self._flush_chunk()
+        return self.stats
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _relation(self, message: Relation) -> None:
+        ref = TableRef(message.namespace or "pg_catalog", message.name)
+        table = self.tables.get(ref)
+        if table is None:
+            self._relations[message.oid] = None  # published but not captured
+            return
+        columns = tuple(
+            Column(c.name, PgType(c.type_oid, c.type_modifier, self._type_name(table, c.name, c.type_oid)))
+            for c in message.columns
+        )
+        if columns == table.columns:
+            columns = table.columns
+        current = self._relations.get(message.oid)
+        if current is not None and current[1] == columns:
+            return
+        self._relation_versions[message.oid] += 1
+        self._relations[message.oid] = (table, columns, self._relation_versions[message.oid])
+
+    def _type_name(self, table: TableInfo, column: str, type_oid: int) -> str:
+        try:
+            known = table.column(column)
+            if known.type.oid == type_oid:
+                return known.type.name
+        except KeyError:
+            pass
+        return self._type_names.get(type_oid, "")
+
+    def _buffer(self, relation_oid: int) -> StreamEventBuffer | None:
+        try:
+            relation = self._relations[relation_oid]
+        except KeyError:
+            raise DecodingError(f"change for relation {relation_oid} arrived before its Relation message") from None
+        if relation is None:
+            return None
+        table, columns, version = relation
+        key = (relation_oid, version)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = StreamEventBuffer(table, columns, self.context)
+        return buffer
+
+    def _change(self, message: Insert | Update | Delete, lsn: int) -> None:
+        buffer = self._buffer(message.relation_oid)
+        if buffer is None:
+            return
+        # An old 'K' (key) tuple has every non-key column null: exactly Debezium's before image
+        # under REPLICA IDENTITY DEFAULT / USING INDEX; an 'O' tuple is the full old row (FULL).
+        if isinstance(message, Insert):
+            self._add(buffer, Op.CREATE, None, message.new, lsn)
+        elif isinstance(message, Update):
+            self._add(buffer, Op.UPDATE, message.old, message.new, lsn)
+        else:
+            self._add(buffer, Op.DELETE, message.old, None, lsn)
+
+    def _truncate(self, message: Truncate, lsn: int) -> None:
+        for oid in message.relation_oids:
+            buffer = self._buffer(oid) if oid in self._relations else None
+            if buffer is not None:
+                self._add(buffer, Op.TRUNCATE, None, None, lsn)
+
+    def _add(self, buffer: StreamEventBuffer, op: str, before, after, lsn: int) -> None:
+        tx = self._tx
+        if tx is None:
+            raise DecodingError("a row change arrived outside a transaction")
+        collection = buffer.table.ref.data_collection
+        tx.total += 1
+        tx.per_collection[collection] += 1
+        buffer.add(
+            op,
+            before,
+            after,
+            lsn=lsn,
+            xid=tx.xid,
+            commit_lsn=tx.final_lsn,
+            commit_ts_ms=tx.commit_ts_us // 1000,
+            previous_commit_lsn=self.previous_commit_lsn,
+            transaction=(tx.id, tx.total, tx.per_collection[collection]),
+        )
+        self.stats.changes += 1
+        self.stats.count(table_topic(self.topic_prefix, buffer.table.ref.schema, buffer.table.ref.name), op)
+        self._buffered += 1
+        if self._buffered >= self.max_changes:
+            self._flush_chunk()
+
+    def _commit(self, message: Commit) -> None:
+        tx = self._tx
+        if tx is None:
+            raise DecodingError("Commit without Begin")
+        if message.commit_lsn != tx.final_lsn:
+            raise DecodingError(f"Commit LSN {message.commit_lsn:X} does not match Begin's final LSN {tx.final_lsn:X}")
+        if tx.total:
+            self._tx_rows.extend(
+                transaction_rows(
+                    transaction_id=tx.id,
+                    ts_ms=tx.commit_ts_us // 1000,
+                    counts=dict(tx.per_collection),
+                    window_id=self.context.window_id,
+                )
+            )
+            self.stats.transactions += 1
+            self.stats.last_commit_lsn = tx.final_lsn
+            self.stats.last_tx_id = tx.xid
+            self.stats.last_commit_ts_us = tx.commit_ts_us
+            self.previous_commit_lsn = tx.final_lsn
+        self._tx = None
+
+    def _flush_chunk(self) -> None:
+        batches: dict[str, list[pa.RecordBatch]] = {}
+        for buffer in self._buffers.values():
+            if len(buffer):
+                ref = buffer.table.ref
+                topic = table_topic(self.topic_prefix, ref.schema, ref.name)
+                batches.setdefault(topic, []).append(buffer.to_batch())
+        tx_batch = transaction_batch(self._tx_rows) if self._tx_rows else None
+        if batches or tx_batch is not None:
+            self._flush(batches, tx_batch)
+            self.stats.chunks += 1
+            log.info(
+                "chunk %d: %d changes, %d transactions so far, tables touched: %s",
+                self.stats.chunks,
+                self.stats.changes,
+                self.stats.transactions,
+                ", ".join(sorted(batches)) or "none",
+            )
+        self._buffers = {}
+        self._buffered = 0
+        self._tx_rows = []

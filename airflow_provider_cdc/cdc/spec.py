@@ -1,0 +1,122 @@
+"""The job spec: everything a Spark job needs to move one window, as one JSON-able value.
+
+The operator builds it, the job runs it, in-process or through ``spark-submit`` (then written
+to a file). It never contains the password: :class:`PgConnectionInfo` leaves it out of
+``to_dict`` and the job reads it from the environment variable the spec names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
+from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.cdc.window import Window
+
+SPEC_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """Tuning knobs of a run (see docs/operators.md)."""
+
+    max_changes_per_chunk: int = 100_000
+    snapshot_partition_bytes: int = 128 * 1024 * 1024
+    snapshot_max_partitions: int = 64
+    idle_timeout_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_changes_per_chunk < 1:
+            raise CdcConfigurationError("max_changes_per_chunk must be at least 1")
+        if self.snapshot_partition_bytes < 1024 * 1024:
+            raise CdcConfigurationError("snapshot_partition_bytes must be at least 1 MiB")
+        if self.snapshot_max_partitions < 1:
+            raise CdcConfigurationError("snapshot_max_partitions must be at least 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaptureOptions:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    """How the embedded (in-process) Spark session is built; ignored under ``spark-submit``."""
+
+    master: str = "local[*]"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"master": self.master, "conf": dict(self.conf)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SparkOptions:
+        return cls(master=data.get("master", "local[*]"), conf=dict(data.get("conf") or {}))
+
+
+@dataclass(frozen=True)
+class PostgresJobSpec:
+    topic_prefix: str
+    connection: PgConnectionInfo
+    slot_name: str
+    publication_name: str
+    tables: tuple[TableRef, ...]
+    window: Window
+    sink_path: str
+    previous_commit_lsn: Lsn | None = None  # for Debezium's source.sequence of the first event
+    options: CaptureOptions = field(default_factory=CaptureOptions)
+    spark: SparkOptions = field(default_factory=SparkOptions)
+
+    connector = "postgresql"
+
+    def __post_init__(self) -> None:
+        validate_topic_prefix(self.topic_prefix)
+        if not self.tables:
+            raise CdcConfigurationError("no tables to capture")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": SPEC_FORMAT,
+            "connector": self.connector,
+            "topic_prefix": self.topic_prefix,
+            "connection": self.connection.to_dict(),
+            "slot_name": self.slot_name,
+            "publication_name": self.publication_name,
+            "tables": [t.to_json() for t in self.tables],
+            "window": self.window.to_dict(),
+            "sink_path": self.sink_path,
+            "previous_commit_lsn": None if self.previous_commit_lsn is None else int(self.previous_commit_lsn),
+            "options": self.options.to_dict(),
+            "spark": self.spark.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> PostgresJobSpec:
+        data = json.loads(text)
+        if data.get("format") != SPEC_FORMAT or data.get("connector") != cls.connector:
+            raise CdcConfigurationError(
+                f"not a PostgreSQL job spec of format {SPEC_FORMAT}: format={data.get('format')!r}, "
+                f"connector={data.get('connector')!r}"
+            )
+        return cls(
+            topic_prefix=data["topic_prefix"],
+            connection=PgConnectionInfo.from_dict(data["connection"]),
+            slot_name=data["slot_name"],
+            publication_name=data["publication_name"],
+            tables=tuple(TableRef(*t) for t in data["tables"]),
+            window=Window.from_dict(data["window"]),
+            sink_path=data["sink_path"],
+            previous_commit_lsn=lsn_or_none(data.get("previous_commit_lsn")),
+            options=CaptureOptions.from_dict(data.get("options") or {}),
+            spark=SparkOptions.from_dict(data.get("spark") or {}),
+        )

@@ -1,0 +1,43 @@
+"""Public error classes (defined in the engine so Spark jobs raise the same types)."""
+
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    CdcError,
+    CdcStateError,
+    CdcTransientError,
+    ConcurrentCaptureError,
+    DecodingError,
+    InvalidLsnError,
+    InvalidOffsetError,
+    OffsetMismatchError,
+    PublicationError,
+    ReplicaIdentityError,
+    ServerConfigurationError,
+    SlotConfigurationError,
+    SlotMissingError,
+    SnapshotRequiredError,
+    StaleOffsetError,
+    UnknownTableError,
+    WalLostError,
+)
+
+__all__ = [
+    "CdcConfigurationError",
+    "CdcError",
+    "CdcStateError",
+    "CdcTransientError",
+    "ConcurrentCaptureError",
+    "DecodingError",
+    "InvalidLsnError",
+    "InvalidOffsetError",
+    "OffsetMismatchError",
+    "PublicationError",
+    "ReplicaIdentityError",
+    "ServerConfigurationError",
+    "SlotConfigurationError",
+    "SlotMissingError",
+    "SnapshotRequiredError",
+    "StaleOffsetError",
+    "UnknownTableError",
+    "WalLostError",
+]

@@ -1,0 +1,103 @@
+"""Hook for change capture from PostgreSQL: owns the connection, returns plain values.
+
+Reuses Airflow's ``postgres`` connection type. Extras are read by name from an allowlist
+(``sslmode``, ``sslrootcert``, ``connect_timeout`` ...), never passed through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any
+
+from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres import admin
+from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
+from airflow_provider_cdc.version_compat import BaseHook
+
+
+def connection_info_from(conn: Any) -> PgConnectionInfo:
+    """The engine's connection value of an Airflow ``postgres`` connection (allowlisted extras)."""
+    extra = conn.extra_dejson or {}
+    options = tuple((key, str(extra[key])) for key in ALLOWED_OPTIONS if extra.get(key) is not None)
+    return PgConnectionInfo(
+        host=conn.host or "localhost",
+        port=int(conn.port or 5432),
+        dbname=conn.schema or "",
+        user=conn.login or "",
+        password=conn.password,
+        options=options,
+    )
+
+
+class PostgresCdcHook(BaseHook):
+    """Slot and publication administration, preflight checks and slot status."""
+
+    conn_name_attr = "postgres_conn_id"
+    default_conn_name = "postgres_default"
+    conn_type = "postgres"
+    hook_name = "PostgreSQL (change capture)"
+
+    def __init__(self, postgres_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.postgres_conn_id = postgres_conn_id
+
+    @cached_property
+    def connection_info(self) -> PgConnectionInfo:
+        return connection_info_from(self.get_connection(self.postgres_conn_id))
+
+    def get_conn(self):  # -> psycopg.Connection
+        """An autocommit psycopg connection with the capture's session settings."""
+        return connect(self.connection_info)
+
+    @contextmanager
+    def session(self) -> Iterator[Any]:
+        with self.get_conn() as conn:
+            yield conn
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def server_info(self) -> admin.ServerInfo:
+        with self.session() as conn:
+            return admin.server_info(conn)
+
+    def describe_tables(self, tables: Sequence[TableRef]) -> dict[TableRef, TableInfo]:
+        with self.session() as conn:
+            return admin.describe_tables(conn, list(tables))
+
+    # -- slot --------------------------------------------------------------------------------
+
+    def slot_status(self, slot_name: str) -> admin.SlotStatus | None:
+        with self.session() as conn:
+            return admin.slot_status(conn, slot_name)
+
+    def current_lsn(self) -> Lsn:
+        with self.session() as conn:
+            return admin.current_lsn(conn)
+
+    def advance_slot(self, slot_name: str, lsn: Lsn) -> Lsn:
+        with self.session() as conn:
+            return admin.advance_slot(conn, slot_name, lsn)
+
+    def count_pending_changes(self, slot_name: str, publication_name: str, *, upto_changes: int = 1) -> int:
+        """Captured row changes among the slot's next transactions (decodes WAL: not free)."""
+        with self.session() as conn:
+            return conn.execute(
+                admin.PEEK_CHANGES_SQL, (slot_name, upto_changes, quote_ident(publication_name))
+            ).fetchone()[0]
+
+    @contextmanager
+    def capture_lock(self, capture: str) -> Iterator[Any]:
+        """Hold the capture's advisory lock for the duration of the block (fails fast if taken).
+
+        Yields the session holding the lock, which callers may reuse for their own queries.
+        """
+        with self.session() as conn:
+            admin.try_capture_lock(conn, capture)
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    admin.release_capture_lock(conn, capture)

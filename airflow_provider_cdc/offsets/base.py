@@ -1,0 +1,47 @@
+"""Where offsets live: the store interface shared by the Variable and state-table stores.
+
+A store keeps one JSON document per capture (keyed by topic prefix) and knows nothing about its
+contents except the ``revision`` counter it compares on write: a save names the revision it
+read, and fails with :class:`StaleOffsetError` if the stored document moved on meanwhile.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from airflow_provider_cdc.cdc.errors import StaleOffsetError
+from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
+
+__all__ = ["OffsetStore", "StaleOffsetError", "load_offset", "save_offset"]
+
+
+@runtime_checkable
+class OffsetStore(Protocol):
+    def load(self, capture: str) -> str | None:
+        """The stored document of ``capture``, or None."""
+
+    def save(self, capture: str, document: str, *, revision: int, expected_revision: int | None) -> None:
+        """Store ``document`` (whose revision is ``revision``) if the stored revision is still
+        ``expected_revision`` (None: nothing stored yet)."""
+
+    def delete(self, capture: str) -> None: ...
+
+    def describe(self, capture: str) -> str:
+        """Where the offset of ``capture`` is stored, for messages."""
+
+
+def load_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
+    text = store.load(capture)
+    if text is None:
+        return None
+    return PostgresOffset.from_json(text, source=store.describe(capture))
+
+
+def save_offset(store: OffsetStore, offset: PostgresOffset, *, previous: PostgresOffset | None) -> PostgresOffset:
+    """Store ``offset`` as the successor of ``previous`` (compare-and-set on the revision)."""
+    from dataclasses import replace
+
+    expected = previous.revision if previous is not None else None
+    saved = replace(offset, revision=(expected or 0) + 1)
+    store.save(saved.identity.topic_prefix, saved.to_json(), revision=saved.revision, expected_revision=expected)
+    return saved

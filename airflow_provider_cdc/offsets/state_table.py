@@ -1,0 +1,88 @@
+"""Offsets in a PostgreSQL table, written with an atomic compare-and-set.
+
+The table is created on first use::
+
+    CREATE TABLE IF NOT EXISTS <schema>.<table> (
+        capture     text PRIMARY KEY,
+        revision    bigint NOT NULL,
+        document    jsonb NOT NULL,
+        updated_at  timestamptz NOT NULL DEFAULT now()
+    )
+
+Keep it out of the captured tables' publication (the default ``filtered`` publication does).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from psycopg import sql
+
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+from airflow_provider_cdc.offsets.base import StaleOffsetError
+
+
+class PostgresStateTableOffsetStore:
+    def __init__(self, postgres_conn_id: str, table: str = "public.airflow_cdc_offsets"):
+        self.postgres_conn_id = postgres_conn_id
+        self.table = TableRef.parse(table)
+        self._created = False
+
+    @cached_property
+    def hook(self) -> PostgresCdcHook:
+        return PostgresCdcHook(self.postgres_conn_id)
+
+    def _ensure_table(self, conn) -> None:
+        if self._created:
+            return
+        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table.quoted(),)).fetchone()[0]
+        if not exists:
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (capture text PRIMARY KEY, revision bigint NOT NULL, "
+                    "document jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
+                ).format(self.table.sql())
+            )
+        self._created = True
+
+    def load(self, capture: str) -> str | None:
+        with self.hook.session() as conn:
+            self._ensure_table(conn)
+            row = conn.execute(
+                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(self.table.sql()), (capture,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def save(self, capture: str, document: str, *, revision: int, expected_revision: int | None) -> None:
+        with self.hook.session() as conn:
+            self._ensure_table(conn)
+            if expected_revision is None:
+                cursor = conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (capture, revision, document) VALUES (%s, %s, %s::jsonb) "
+                        "ON CONFLICT (capture) DO NOTHING"
+                    ).format(self.table.sql()),
+                    (capture, revision, document),
+                )
+            else:
+                cursor = conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET revision = %s, document = %s::jsonb, updated_at = now() "
+                        "WHERE capture = %s AND revision = %s"
+                    ).format(self.table.sql()),
+                    (revision, document, capture, expected_revision),
+                )
+            if cursor.rowcount != 1:
+                raise StaleOffsetError(
+                    f"{self.describe(capture)} changed while this run was working (expected revision "
+                    f"{expected_revision}); another run wrote it"
+                )
+
+    def delete(self, capture: str) -> None:
+        with self.hook.session() as conn:
+            self._ensure_table(conn)
+            conn.execute(sql.SQL("DELETE FROM {} WHERE capture = %s").format(self.table.sql()), (capture,))
+
+    def describe(self, capture: str) -> str:
+        return f"state table {self.table} (capture {capture!r}, connection {self.postgres_conn_id!r})"

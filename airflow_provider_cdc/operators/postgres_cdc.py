@@ -1,0 +1,330 @@
+"""Operators of a PostgreSQL capture: setup → snapshot → window batch.
+
+Each is thin: it decides (with the engine's pure planning functions), runs the job from one
+spec, and records progress in the fixed order *sink commit → offset → slot acknowledgement*.
+Engine errors marked terminal (bad configuration, lost slot, inconsistent offsets) fail the
+task without retries; transient ones (a dropped connection) are left to Airflow's retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, ServerConfigurationError
+from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
+from airflow_provider_cdc.cdc.sources.postgres import admin, planning
+from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
+from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+from airflow_provider_cdc.offsets.base import load_offset, save_offset
+from airflow_provider_cdc.version_compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+    BaseOperator,
+    Context,
+)
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def fail_fast_on_terminal_errors() -> Iterator[None]:
+    """Terminal engine errors fail the task without retries; others propagate unchanged."""
+    try:
+        yield
+    except CdcError as exc:
+        if exc.terminal:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        raise
+
+
+class _CaptureOperator(BaseOperator):
+    ui_color = "#d4ecff"
+
+    def __init__(self, *, capture: PostgresCapture, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(capture, PostgresCapture):
+            raise CdcConfigurationError(f"capture must be a PostgresCapture, got {type(capture).__name__}")
+        self.capture = capture
+
+    def hook(self) -> PostgresCdcHook:
+        return PostgresCdcHook(self.capture.postgres_conn_id)
+
+
+class PostgresCdcSetupOperator(_CaptureOperator):
+    """Preflight checks, then idempotent creation of the publication and the slot.
+
+    Fails with every problem listed (wal_level, REPLICATION privilege, tables that do not exist
+    or cannot emit complete update/delete events, a slot of the wrong plugin or database) before
+    anything is created.
+    """
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        capture = self.capture
+        with fail_fast_on_terminal_errors(), self.hook().session() as conn:
+            server = admin.server_info(conn)
+            admin.raise_if_problems(
+                admin.check_server(server), ServerConfigurationError, "the server cannot do logical capture"
+            )
+            tables = admin.describe_tables(conn, list(capture.table_refs))
+            admin.raise_if_problems(
+                admin.check_tables(conn, tables.values()), CdcConfigurationError, "captured tables are not ready"
+            )
+            slot_created = False
+            if planning.needs_slot(capture.snapshot_mode):
+                status = admin.slot_status(conn, capture.resolved_slot_name)
+                if status is not None:
+                    admin.verify_slot(status, server.database)
+            publication = admin.ensure_publication(
+                conn, capture.resolved_publication_name, list(capture.table_refs), capture.publication_autocreate_mode
+            )
+            if planning.needs_slot(capture.snapshot_mode):
+                _status, slot_created = admin.ensure_slot(conn, capture.resolved_slot_name, server.database)
+        self.log.info(
+            "capture %s ready: publication %r %s, slot %r %s, %d table(s)",
+            capture.topic_prefix,
+            capture.resolved_publication_name,
+            publication,
+            capture.resolved_slot_name,
+            "created" if slot_created else "present" if planning.needs_slot(capture.snapshot_mode) else "not needed",
+            len(tables),
+        )
+        return {
+            **capture.describe(),
+            "publication_action": publication,
+            "slot_created": slot_created,
+            "server_version": server.version_num,
+            "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in tables.items()},
+        }
+
+
+class _WindowOperator(_CaptureOperator):
+    """Shared run logic of the snapshot and window operators (subclasses define ``_run``)."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with fail_fast_on_terminal_errors():
+            return self._run(context)  # type: ignore[attr-defined]
+
+    @contextmanager
+    def _state(self) -> Iterator[_RunState]:
+        capture = self.capture
+        hook = self.hook()
+        with hook.capture_lock(capture.topic_prefix) as conn:
+            server = admin.server_info(conn)
+            identity = capture.identity(server.system_identifier, server.database)
+            store = capture.store()
+            commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
+            stored = load_offset(store, capture.topic_prefix)
+            reconciled = planning.reconcile(stored, commit_log.latest(), identity)
+            for note in reconciled.notes:
+                self.log.warning("%s", note)
+            yield _RunState(self, hook, conn, identity, store, commit_log, stored, reconciled.offset)
+
+    def _spec(self, hook: PostgresCdcHook, window: Window, offset: PostgresOffset | None) -> PostgresJobSpec:
+        capture = self.capture
+        return PostgresJobSpec(
+            topic_prefix=capture.topic_prefix,
+            connection=hook.connection_info,
+            slot_name=capture.resolved_slot_name,
+            publication_name=capture.resolved_publication_name,
+            tables=capture.table_refs,
+            window=window,
+            sink_path=capture.sink_path,
+            previous_commit_lsn=offset.lsn_commit if offset else None,
+            options=capture.capture_options(),
+            spark=capture.spark_options(),
+        )
+
+    def _run_job(self, spec: PostgresJobSpec) -> CommitEntry:
+        from airflow_provider_cdc import spark_runner
+
+        capture = self.capture
+        if capture.spark_conn_id is None:
+            return spark_runner.run_embedded(spec)
+        try:
+            return spark_runner.run_submitted(
+                spec,
+                spark_conn_id=capture.spark_conn_id,
+                conf=dict(capture.spark_conf),
+                application=capture.spark_application,
+            )
+        except AirflowException as exc:
+            if "Error code is: 2." in str(exc):  # the job's exit code for terminal engine errors
+                raise AirflowFailException(f"the capture job failed permanently: {exc}") from exc
+            raise
+
+
+class _RunState:
+    """Offsets, commit log and slot of one run, written in the invariant order."""
+
+    def __init__(
+        self,
+        operator: _WindowOperator,
+        hook: PostgresCdcHook,
+        conn: Any,
+        identity: OffsetIdentity,
+        store: Any,
+        commit_log: CommitLog,
+        stored: PostgresOffset | None,
+        offset: PostgresOffset | None,
+    ):
+        self.operator = operator
+        self.hook = hook
+        self.conn = conn
+        self.identity = identity
+        self.store = store
+        self.commit_log = commit_log
+        self.stored = stored
+        self.offset = offset
+
+    def save(self, offset: PostgresOffset) -> PostgresOffset:
+        self.stored = save_offset(self.store, offset, previous=self.stored)
+        self.offset = self.stored
+        return self.stored
+
+    def acknowledge(self, lsn: Lsn) -> Lsn:
+        return admin.advance_slot(self.conn, self.operator.capture.resolved_slot_name, lsn)
+
+
+class PostgresCdcSnapshotOperator(_WindowOperator):
+    """Initial (or repeated) consistent snapshot, per ``snapshot_mode``; skipped when not due.
+
+    Rows are read in parallel Spark partitions pinned to a snapshot exported by a temporary
+    slot; the capture's slot is then acknowledged at the snapshot's consistent point, where the
+    next stream window starts.
+    """
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        capture = self.capture
+        with self._state() as state:
+            slot = admin.slot_status(state.conn, capture.resolved_slot_name)
+            decision = planning.decide_snapshot(capture.snapshot_mode, state.offset, slot)
+            if not decision.run:
+                if state.offset is not None and state.offset != state.stored:
+                    state.save(state.offset)  # record a roll-forward found while deciding
+                raise AirflowSkipException(decision.reason)
+            self.log.info("snapshot due: %s", decision.reason)
+            if planning.needs_slot(capture.snapshot_mode):
+                if slot is not None and slot.wal_lost and capture.snapshot_mode == "when_needed":
+                    self.log.warning("dropping slot %r: its WAL was lost", slot.slot_name)
+                    admin.drop_slot(state.conn, slot.slot_name)
+                    slot = None
+                if slot is None and capture.snapshot_mode != "when_needed":
+                    admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
+                if slot is None:
+                    admin.ensure_slot(state.conn, capture.resolved_slot_name, state.identity.database)
+                    self.log.warning("created replication slot %r", capture.resolved_slot_name)
+                else:
+                    admin.verify_slot(slot, state.identity.database)
+            window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
+            state.save(pending)
+            entry = self._run_job(self._spec(state.hook, window, state.offset))
+            state.save(planning.offset_after_commit(state.offset, entry, state.identity))
+            confirmed = None
+            if planning.needs_slot(capture.snapshot_mode):
+                assert entry.window.to_lsn is not None
+                confirmed = state.acknowledge(entry.window.to_lsn)
+            summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=None)
+        self.log.info("snapshot committed: %s", summary)
+        return summary
+
+
+class PostgresCdcBatchOperator(_WindowOperator):
+    """One stream window: changes committed in ``[offset, upto_lsn)``, written, then acknowledged.
+
+    :param capture: the capture's configuration
+    :param upto_lsn: end of the window (exclusive, on commit LSNs); default: the server's current
+        WAL insert position at run start. Templated.
+    """
+
+    template_fields: Sequence[str] = ("upto_lsn",)
+
+    def __init__(self, *, capture: PostgresCapture, upto_lsn: str | None = None, **kwargs: Any) -> None:
+        # Runs after a snapshot task that is skipped once the snapshot exists.
+        kwargs.setdefault("trigger_rule", "none_failed")
+        super().__init__(capture=capture, **kwargs)
+        self.upto_lsn = upto_lsn
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        capture = self.capture
+        if not planning.streams(capture.snapshot_mode):
+            raise AirflowSkipException("snapshot_mode='initial_only': this capture does not stream")
+        requested = Lsn(self.upto_lsn) if self.upto_lsn not in (None, "") else None
+        with self._state() as state:
+            slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
+            current = admin.current_lsn(state.conn)
+            plan = planning.plan_stream_window(
+                mode=capture.snapshot_mode,
+                offset=state.offset,
+                slot=slot,
+                identity=state.identity,
+                target=requested if requested is not None else current,
+                current_lsn=current,
+                now_ms=_now_ms(),
+            )
+            for note in plan.notes:
+                self.log.warning("%s", note)
+            if plan.acknowledge_first is not None:
+                state.acknowledge(plan.acknowledge_first)
+            state.save(plan.offset)
+            self.log.info(
+                "window %s: [%s, %s), %d bytes of WAL; slot lag before the run: %s bytes",
+                plan.window.window_id,
+                plan.window.from_lsn,
+                plan.window.to_lsn,
+                (plan.window.to_lsn or 0) - (plan.window.from_lsn or 0),
+                slot.pending_bytes,
+            )
+            entry = self._run_job(self._spec(state.hook, plan.window, plan.offset))
+            state.save(planning.offset_after_commit(state.offset, entry, state.identity))
+            assert entry.window.to_lsn is not None
+            confirmed = state.acknowledge(entry.window.to_lsn)
+            after = admin.slot_status(state.conn, capture.resolved_slot_name)
+            summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=after)
+        self.log.info(
+            "window %s committed: %d changes in %d transactions; now %s bytes behind",
+            entry.window_id,
+            summary["changes"],
+            summary["transactions"],
+            summary["bytes_behind"],
+        )
+        return summary
+
+
+def _summary(
+    entry: CommitEntry, capture: PostgresCapture, *, confirmed_lsn: Lsn | None, slot: admin.SlotStatus | None
+) -> dict[str, Any]:
+    events = {d.topic: dict(d.ops) for d in entry.datasets if not d.topic.endswith(".transaction")}
+    return {
+        "window_id": entry.window_id,
+        "kind": entry.window.kind,
+        "from_lsn": None if entry.window.from_lsn is None else str(entry.window.from_lsn),
+        "to_lsn": None if entry.window.to_lsn is None else str(entry.window.to_lsn),
+        "events": events,
+        "changes": sum(sum(ops.values()) for ops in events.values()),
+        "transactions": entry.transactions,
+        "slot_confirmed_lsn": None if confirmed_lsn is None else str(confirmed_lsn),
+        "bytes_behind": None if slot is None else slot.pending_bytes,
+        "sink_path": capture.sink_path,
+    }
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+__all__ = [
+    "PostgresCdcBatchOperator",
+    "PostgresCdcSetupOperator",
+    "PostgresCdcSnapshotOperator",
+    "fail_fast_on_terminal_errors",
+]

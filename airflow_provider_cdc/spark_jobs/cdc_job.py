@@ -1,0 +1,44 @@
+"""``spark-submit`` entry point: run one capture window from a job spec file.
+
+    spark-submit .../cdc_job.py --spec /path/spec.json [--result /path/result.json]
+
+The spec holds no password; it is read from the environment variable the spec names (the
+operator passes it through SparkSubmitHook's ``env_vars``). Imports only the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spec", required=True, help="path of the job spec JSON")
+    parser.add_argument("--result", help="where to write the commit-log entry as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from airflow_provider_cdc.cdc.errors import CdcError
+    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+
+    spec = PostgresJobSpec.from_json(Path(args.spec).read_text(encoding="utf-8"))
+    spec = replace(spec, connection=spec.connection.with_password_from_env())
+    try:
+        entry = run_job(spec, spark_provider=lambda: get_or_create_session(spec.spark, submitted=True))
+    except CdcError as exc:
+        logging.getLogger("airflow_provider_cdc").error("%s: %s", type(exc).__name__, exc)
+        return 2 if exc.terminal else 1
+    if args.result:
+        Path(args.result).write_text(json.dumps(entry.to_dict()), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

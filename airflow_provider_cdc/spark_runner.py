@@ -1,0 +1,81 @@
+"""Running a capture job: in this process (embedded local Spark) or through ``spark-submit``.
+
+Both run the same engine function with the same :class:`PostgresJobSpec`. The submitted job
+gets the spec as a file without the password (mode 0600, deleted afterwards) and the password
+in an environment variable of the ``spark-submit`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+
+log = logging.getLogger(__name__)
+
+#: The spark-submit entry point shipped with the package.
+DEFAULT_APPLICATION = str(Path(__file__).parent / "spark_jobs" / "cdc_job.py")
+
+
+def run_embedded(spec: PostgresJobSpec) -> CommitEntry:
+    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+
+    return run_job(spec)
+
+
+def run_submitted(
+    spec: PostgresJobSpec,
+    *,
+    spark_conn_id: str,
+    conf: dict[str, str],
+    application: str | None = None,
+) -> CommitEntry:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_provider_cdc.version_compat import BaseHook
+
+    # SparkSubmitHook silently falls back to master 'yarn' when the connection is missing.
+    BaseHook.get_connection(spark_conn_id)
+    env = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    if spec.connection.password is not None:
+        env[spec.connection.password_env] = spec.connection.password
+    with tempfile.TemporaryDirectory(prefix="cdc-job-") as workdir:
+        spec_path = Path(workdir) / "spec.json"
+        result_path = Path(workdir) / "result.json"
+        fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(spec.to_json())
+        hook = SparkSubmitHook(
+            conn_id=spark_conn_id,
+            name=f"cdc-{spec.topic_prefix}-{spec.window.window_id}",
+            application_args=["--spec", str(spec_path), "--result", str(result_path)],
+            env_vars=env,
+            conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **conf},
+            spark_binary=spark_submit_binary(),
+        )
+        hook.submit(application=application or DEFAULT_APPLICATION)
+        if not result_path.exists():
+            raise CdcError(
+                "the submitted capture job finished without reporting its commit (cluster deploy mode "
+                "cannot write the result file back; use client mode)"
+            )
+        return CommitEntry.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
+
+
+def spark_submit_binary() -> str:
+    """``spark-submit`` of the installed pyspark (next to this Python), else the one on PATH."""
+    beside = Path(sys.executable).parent / "spark-submit"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("spark-submit")
+    if found is None:
+        raise CdcConfigurationError("spark-submit was not found next to this Python or on PATH")
+    return found
