@@ -13,6 +13,7 @@ windows never start a JVM.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from importlib import resources
@@ -41,6 +42,8 @@ def get_or_create_session(options: SparkOptions | None = None, *, submitted: boo
     up when ``submitted`` (master and conf then come from the submit command)."""
     from pyspark.sql import SparkSession
 
+    # py4j logs every connection it closes at INFO, even at interpreter exit.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in REQUIRED_CONF.items():

@@ -315,6 +315,7 @@ def _summary(
         "slot_confirmed_lsn": None if confirmed_lsn is None else str(confirmed_lsn),
         "bytes_behind": None if slot is None else slot.pending_bytes,
         "sink_path": capture.sink_path,
+        "job_pid": entry.stats.get("job_pid"),
     }
 
 

@@ -430,7 +430,7 @@ def try_capture_lock(conn, capture: str) -> None:
         return
     holder = conn.execute(
         """
-        SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start
+        SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.granted
           AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = %s::bigint

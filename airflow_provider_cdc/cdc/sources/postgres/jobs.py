@@ -47,7 +47,8 @@ def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) 
     if spark_provider is None:
         spark_provider = _lazy_session(spec)
     started = time.monotonic()
-    entry = _run_snapshot(spec, spark_provider) if spec.window.kind == "snapshot" else _run_stream(spec, spark_provider)
+    run = _run_snapshot if spec.window.kind == "snapshot" else _run_stream
+    entry = run(spec, spark_provider)
     log.info(
         "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
         entry.window.describe(),
@@ -144,6 +145,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "chunks": stats.chunks,
             "messages_skipped": stats.messages_skipped,
             "seconds": round(time.monotonic() - stats.started, 3),
+            "job_pid": os.getpid(),
         },
     )
 
@@ -190,7 +192,12 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     # The exported snapshot and the temporary slot end with the replication connection.
     return writer.commit(
         spec.window.with_end(creation.consistent_point),
-        stats={"rows": rows, "seconds": round(time.monotonic() - started, 3), "snapshot_xmin": xmin},
+        stats={
+            "rows": rows,
+            "seconds": round(time.monotonic() - started, 3),
+            "snapshot_xmin": xmin,
+            "job_pid": os.getpid(),
+        },
     )
 
 

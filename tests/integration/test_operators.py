@@ -1,0 +1,282 @@
+"""The operators, sensor and trigger under real Airflow (dag.test), real PostgreSQL, real Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+from airflow_provider_cdc.operators.postgres_cdc import (
+    PostgresCdcBatchOperator,
+    PostgresCdcSetupOperator,
+    PostgresCdcSnapshotOperator,
+)
+from airflow_provider_cdc.sensors.postgres_cdc import PostgresCdcChangesSensor
+from airflow_provider_cdc.testing import shop
+from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcChangesTrigger
+from tests.support import airflow as af
+from tests.support.oracle import assert_same_state, events_of, replay, source_rows
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+KEYS = {"public.customers": ["id"], "public.orders": ["id"], "public.order_items": ["order_id", "line_no"]}
+
+
+def _shop(db, monkeypatch):
+    with db.connect() as conn:
+        shop.create_schema(conn)
+        shop.seed(conn, customers=12, orders_per_customer=2)
+    conn_id = f"src_{db.name}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db.cluster.airflow_uri(db.name))
+    return db, conn_id
+
+
+@pytest.fixture
+def shop_db(db15, airflow_db, spark, monkeypatch):
+    """The shop database on PostgreSQL 15."""
+    return _shop(db15, monkeypatch)
+
+
+@pytest.fixture
+def shop_db_any(db, airflow_db, spark, monkeypatch):
+    """The shop database on PostgreSQL 15 and on 18."""
+    return _shop(db, monkeypatch)
+
+
+def make_capture(db, conn_id, sink, **overrides) -> PostgresCapture:
+    from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+    # One Variable per test: the metadata DB lives for the whole session.
+    overrides.setdefault("offset_store", VariableOffsetStore(key_prefix=f"cdc_offset_{db.name}__"))
+    overrides.setdefault("tables", list(shop.TABLES))
+    return PostgresCapture(
+        postgres_conn_id=conn_id,
+        topic_prefix="shop",
+        sink_path=str(sink),
+        slot_name=db.slot,
+        publication_name=db.publication,
+        **{"spark_master": "local[2]", **overrides},
+    )
+
+
+def capture_dag(dag_id: str, capture: PostgresCapture, errors: dict, **window_kwargs):
+    from airflow.sdk import DAG
+
+    with DAG(
+        dag_id,
+        schedule="@hourly",
+        start_date=af.START,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"on_failure_callback": af.failure_recorder(errors)},
+    ) as dag:
+        (
+            PostgresCdcSetupOperator(task_id="setup", capture=capture)
+            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
+            >> PostgresCdcBatchOperator(task_id="window", capture=capture, **window_kwargs)
+        )
+    af.register(dag)
+    return dag
+
+
+def assert_reproduces_source(db, sink) -> None:
+    with db.connect() as conn:
+        for table, keys in KEYS.items():
+            assert_same_state(replay(events_of(sink, "shop", table), keys), source_rows(conn, table, keys))
+
+
+def test_hourly_runs_capture_everything_and_acknowledge_each_target(shop_db_any, tmp_path):
+    db, conn_id = shop_db_any
+    errors: dict = {}
+    dag = capture_dag(f"flow_{db.name}", make_capture(db, conn_id, tmp_path), errors)
+
+    first = af.run(dag, 0, errors=errors)
+    assert first.state == "success", errors
+    assert first.tasks == {"setup": "success", "snapshot": "success", "window": "success"}
+    snapshot, window = first.xcom["snapshot"], first.xcom["window"]
+    assert snapshot["kind"] == "snapshot" and snapshot["events"]["shop.public.customers"] == {"r": 12}
+    assert window["from_lsn"] == snapshot["to_lsn"]
+    assert Lsn(db.slot_status().confirmed_flush_lsn) == Lsn(window["to_lsn"])
+
+    with db.connect() as conn:
+        made = shop.mutate(conn, round_no=1)
+    second = af.run(dag, 1, errors=errors)
+    assert second.tasks == {"setup": "success", "snapshot": "skipped", "window": "success"}, errors
+    summary = second.xcom["window"]
+    assert summary["transactions"] == made.transactions
+    assert summary["from_lsn"] == window["to_lsn"]
+    assert db.slot_status().confirmed_flush_lsn == Lsn(summary["to_lsn"])
+    assert set(summary) >= {"window_id", "events", "changes", "bytes_behind", "slot_confirmed_lsn", "sink_path"}
+
+    # Nothing captured, but WAL moves on (an uncaptured table): the slot still advances.
+    db.execute("CREATE TABLE noise (id int); INSERT INTO noise SELECT generate_series(1, 1000)")
+    third = af.run(dag, 2, errors=errors)
+    idle = third.xcom["window"]
+    assert idle["changes"] == 0 and idle["transactions"] == 0
+    assert Lsn(idle["to_lsn"]) > Lsn(summary["to_lsn"])
+    assert db.slot_status().confirmed_flush_lsn == Lsn(idle["to_lsn"])
+
+    assert [e.window.kind for e in committed_windows(str(tmp_path), "shop")] == ["snapshot"] + ["stream"] * 3
+    assert_reproduces_source(db, tmp_path)
+    password = db.cluster.password
+    assert password not in json.dumps([first.xcom, second.xcom, third.xcom])
+
+
+def test_state_table_offset_store(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path, offset_store="state_table", offset_table="cdc_state.offsets")
+    db.execute("CREATE SCHEMA cdc_state")
+    dag = capture_dag(f"state_{db.name}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    with db.connect() as conn:
+        shop.mutate(conn, round_no=1)
+    assert af.run(dag, 1, errors=errors).state == "success", errors
+    with db.connect() as conn:
+        ((revision, document),) = conn.execute("SELECT revision, document FROM cdc_state.offsets").fetchall()
+    # snapshot: pending + committed; two windows: pending + committed each
+    assert revision == 6
+    assert document["window_seq"] == 3 and document["snapshot_completed"] and document["pending"] is None
+    assert document["lsn"] == int(db.slot_status().confirmed_flush_lsn)
+    assert_reproduces_source(db, tmp_path)
+
+
+def test_setup_refuses_a_table_without_key_and_creates_nothing(shop_db, tmp_path):
+    db, conn_id = shop_db
+    db.execute("CREATE TABLE keyless (v text)")
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path, tables=[*shop.TABLES, "public.keyless", "public.custmers"])
+    result = af.run(capture_dag(f"keyless_{db.name}", capture, errors), 0, errors=errors)
+    assert result.tasks["setup"] == "failed" and result.tasks["window"] == "upstream_failed"
+    assert 'did you mean "public"."customers"' in result.error("setup")
+    capture = make_capture(db, conn_id, tmp_path, tables=[*shop.TABLES, "public.keyless"])
+    result = af.run(capture_dag(f"keyless2_{db.name}", capture, errors), 0, errors=errors)
+    message = result.error("setup")
+    assert "no primary key" in message and "REPLICA IDENTITY FULL" in message
+    assert db.slot_status() is None
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0
+    db.execute("ALTER TABLE keyless REPLICA IDENTITY FULL")
+    result = af.run(capture_dag(f"keyless3_{db.name}", capture, errors), 0, errors=errors)
+    assert result.state == "success", errors
+
+
+def test_second_concurrent_run_fails_fast(shop_db, tmp_path):
+    from airflow_provider_cdc.cdc.sources.postgres import admin
+
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = capture_dag(f"lock_{db.name}", make_capture(db, conn_id, tmp_path), errors)
+    assert af.run(dag, 0, errors=errors).state == "success"
+    with db.connect() as holder:
+        admin.try_capture_lock(holder, "shop")
+        pid = holder.info.backend_pid
+        result = af.run(dag, 1, errors=errors)
+    # Every task that reads the offsets takes the capture lock: the snapshot task fails first.
+    assert result.tasks["snapshot"] == "failed" and result.tasks["window"] == "upstream_failed"
+    assert f"capture 'shop' is already running in pid {pid}" in result.error("snapshot")
+
+
+def test_upto_lsn_is_templated_and_bounds_the_window(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = capture_dag(f"upto_{db.name}", make_capture(db, conn_id, tmp_path), errors, upto_lsn="{{ params.upto_lsn }}")
+    dag.params["upto_lsn"] = ""
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    db.execute("UPDATE customers SET vip = true WHERE id = 1")
+    bound = db.current_lsn()
+    db.execute("UPDATE customers SET vip = true WHERE id = 2")
+    dag.params["upto_lsn"] = str(bound)
+    af.register(dag)
+    result = af.run(dag, 1, errors=errors)
+    assert result.xcom["window"]["to_lsn"] == str(bound) and result.xcom["window"]["changes"] == 1
+    dag.params["upto_lsn"] = "0/1"  # behind the offset
+    af.register(dag)
+    result = af.run(dag, 2, errors=errors)
+    assert "behind the committed offset" in result.error("window")
+
+
+def test_sensor_waits_in_reschedule_mode_and_fails_without_slot(shop_db, tmp_path):
+    from airflow.sdk import DAG
+
+    db, conn_id = shop_db
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path)
+    dag = capture_dag(f"sense_{db.name}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success"
+    db.execute("UPDATE customers SET vip = NOT vip")
+    with DAG(
+        f"sensor_{db.name}",
+        schedule=None,
+        start_date=af.START,
+        default_args={"on_failure_callback": af.failure_recorder(errors)},
+    ) as sensor_dag:
+        PostgresCdcChangesSensor(
+            task_id="wait",
+            capture=capture,
+            mode="reschedule",
+            poke_interval=1,
+            timeout=60,
+            require_captured_change=True,
+        )
+    af.register(sensor_dag)
+    result = af.run(sensor_dag, 0, errors=errors)
+    assert result.tasks == {"wait": "success"}, errors
+    assert result.xcom["wait"]["pending_bytes"] > 0
+    db.execute(f"SELECT pg_drop_replication_slot('{db.slot}')")
+    result = af.run(sensor_dag, 1, errors=errors)
+    assert result.tasks == {"wait": "failed"}
+    assert "does not exist" in result.error("wait")
+
+
+def test_trigger_reports_pending_wal_and_missing_slots(shop_db, tmp_path):
+    db, conn_id = shop_db
+    db.setup_capture(list(shop.TABLES))
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    trigger = PostgresCdcChangesTrigger(conn_id, db.slot, min_pending_bytes=1, poll_interval=0.2)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_provider_cdc.triggers.postgres_cdc.PostgresCdcChangesTrigger"
+    assert db.cluster.password not in json.dumps(kwargs)
+    db.execute("UPDATE customers SET vip = NOT vip")
+    event = asyncio.run(asyncio.wait_for(first_event(PostgresCdcChangesTrigger(**kwargs)), 30))
+    assert event["status"] == "success" and event["pending_bytes"] > 0
+    missing = PostgresCdcChangesTrigger(conn_id, "no_such_slot", poll_interval=0.2)
+    event = asyncio.run(asyncio.wait_for(first_event(missing), 30))
+    assert event["status"] == "error" and "does not exist" in event["message"]
+
+
+def test_window_runs_through_spark_submit(shop_db, tmp_path, monkeypatch):
+    db, conn_id = shop_db
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    errors: dict = {}
+    embedded = make_capture(db, conn_id, tmp_path)
+    dag = capture_dag(f"submit_a_{db.name}", embedded, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    with db.connect() as conn:
+        made = shop.mutate(conn, round_no=1)
+    submitted = make_capture(db, conn_id, tmp_path, spark_conn_id="spark_local")
+    dag = capture_dag(f"submit_b_{db.name}", submitted, errors)
+    result = af.run(dag, 1, errors=errors)
+    assert result.tasks["window"] == "success", errors
+    assert result.xcom["window"]["transactions"] == made.transactions
+    assert result.xcom["window"]["job_pid"] != os.getpid()  # ran in the spark-submit driver
+    assert db.slot_status().confirmed_flush_lsn == Lsn(result.xcom["window"]["to_lsn"])
+    assert_reproduces_source(db, tmp_path)
+
+
+def test_missing_spark_connection_is_a_clear_error(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = capture_dag(f"nospark_{db.name}", make_capture(db, conn_id, tmp_path, spark_conn_id="nope"), errors)
+    result = af.run(dag, 0, errors=errors)
+    assert result.tasks["snapshot"] == "failed"
+    assert "nope" in result.error("snapshot")
