@@ -33,6 +33,7 @@ from airflow_provider_cdc.cdc.sources.postgres.types import PgType
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
 PUBLICATION_MODES = ("filtered", "all_tables", "disabled")
+_RELKINDS = {"v": "view", "m": "materialized view", "f": "foreign table", "S": "sequence", "c": "composite type"}
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]
     missing = [r for r in refs if r not in found]
     if missing:
         raise UnknownTableError(_missing_tables_message(conn, missing))
-    not_tables = [f"{r} ({found[r][1]})" for r in refs if found[r][1] not in ("r", "p")]
+    not_tables = [f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if found[r][1] not in ("r", "p")]
     if not_tables:
         raise CdcConfigurationError(
             f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}"

@@ -167,7 +167,8 @@ class LogicalMessage:
 
 
 Message = Union[  # noqa: UP007 (a runtime alias on 3.10)
-   Begin, Commit, Origin, Relation, TypeInfo, Insert, Update, Delete, Truncate, LogicalMessage]
+    Begin, Commit, Origin, Relation, TypeInfo, Insert, Update, Delete, Truncate, LogicalMessage
+]
 
 
 def decode_message(payload: bytes) -> Message:

@@ -78,10 +78,14 @@ def snapshot_batch(
     *,
     context: EventContext,
     snapshot_lsn: int,
-    snapshot_txid: int | None,
+    snapshot_xmin: int | None,
     snapshot_ts_ms: int,
 ) -> pa.RecordBatch:
-    """``op = r`` events for rows read by a snapshot partition (all text columns)."""
+    """``op = r`` events for rows read by a snapshot partition (all text columns).
+
+    The snapshot's reading transactions are read-only and have no transaction id, so ``txId``
+    is null; ``xmin`` carries the snapshot's xmin (transactions from there on are not in it).
+    """
     length = len(text_columns[0]) if text_columns else 0
     after = layout.value_struct(typed_children(text_columns, table.columns, table), None)
     source = {
@@ -91,12 +95,12 @@ def snapshot_batch(
         "ts_ms": snapshot_ts_ms,
         "snapshot": "true",
         "db": context.database,
-        "sequence": json.dumps([None, str(snapshot_lsn)]),
+        "sequence": sequence(None, snapshot_lsn),
         "schema": table.ref.schema,
         "table": table.ref.name,
-        "txId": snapshot_txid,
+        "txId": None,
         "lsn": snapshot_lsn,
-        "xmin": None,
+        "xmin": snapshot_xmin,
         "commit_lsn": snapshot_lsn,
     }
     return layout.assemble(
@@ -108,6 +112,11 @@ def snapshot_batch(
         transaction=None,
         window_id=context.window_id,
     )
+
+
+def sequence(last_commit_lsn: int | None, lsn: int) -> str:
+    """Debezium's ``source.sequence``: ``["<last committed LSN>","<LSN>"]`` as compact JSON."""
+    return json.dumps([None if last_commit_lsn is None else str(last_commit_lsn), str(lsn)], separators=(",", ":"))
 
 
 class StreamEventBuffer:

@@ -137,7 +137,7 @@ def read_partition(
                         batch.columns,
                         context=context,
                         snapshot_lsn=point.lsn,
-                        snapshot_txid=point.xmin,
+                        snapshot_xmin=point.xmin,
                         snapshot_ts_ms=point.ts_ms,
                     )
     # Leaving the connection block closes the session, ending its read-only transaction.
