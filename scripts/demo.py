@@ -24,15 +24,19 @@ DAG_FILE = ROOT / "dags" / "examples" / "postgres_cdc_hourly.py"
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     from airflow_provider_cdc.testing import shop
-    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
 
     _stop_previous_cluster()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     flavours = available_flavours()
     flavour = "pg15" if "pg15" in flavours else next(iter(flavours))
-    print(f"== starting a throwaway PostgreSQL ({flavour}) under {WORK / 'pg'}")
-    cluster = PostgresCluster(flavours[flavour], WORK / "pg").start()
+    # The server's files go under the system temp dir: the checkout may sit in a private home
+    # directory the postgres OS user cannot enter.
+    pg_dir = scratch_dir("cdc-demo-pg-")
+    (WORK / "pg_dir").write_text(str(pg_dir))
+    print(f"== starting a throwaway PostgreSQL ({flavour}) under {pg_dir}")
+    cluster = PostgresCluster(flavours[flavour], pg_dir).start()
     try:
         cluster.create_database("shop")
         with cluster.connect("shop") as conn:
@@ -42,6 +46,7 @@ def main() -> int:
         return _run_airflow(cluster, shop)
     finally:
         cluster.stop()
+        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def _run_airflow(cluster, shop) -> int:
@@ -145,10 +150,14 @@ def _stop_previous_cluster() -> None:
     """A demo interrupted before it stopped its cluster leaves a server on the old data dir."""
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours
 
-    data = WORK / "pg" / "data"
-    if (data / "postmaster.pid").exists():
+    marker = WORK / "pg_dir"
+    if not marker.exists():
+        return
+    pg_dir = Path(marker.read_text().strip())
+    if (pg_dir / "data" / "postmaster.pid").exists():
         for bin_dir in available_flavours().values():
-            PostgresCluster(bin_dir, WORK / "pg").stop()
+            PostgresCluster(bin_dir, pg_dir).stop()
+    shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

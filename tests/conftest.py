@@ -32,7 +32,11 @@ os.environ.update(
     }
 )
 
-from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours  # noqa: E402
+from airflow_provider_cdc.testing.postgres_cluster import (  # noqa: E402
+    PostgresCluster,
+    available_flavours,
+    scratch_dir,
+)
 from tests.support.databases import CaptureDatabase  # noqa: E402
 
 FLAVOURS = ("pg15", "pg18")
@@ -47,8 +51,7 @@ def clusters() -> Iterator[dict[str, PostgresCluster]]:
     started: dict[str, PostgresCluster] = {}
     try:
         for name in FLAVOURS:
-            base = Path(tempfile.mkdtemp(prefix=f"cdc-test-{name}-"))
-            started[name] = PostgresCluster(found[name], base).start()
+            started[name] = PostgresCluster(found[name], scratch_dir(f"cdc-test-{name}-")).start()
         yield started
     finally:
         for cluster in started.values():

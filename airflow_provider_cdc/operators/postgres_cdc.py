@@ -80,14 +80,14 @@ class PostgresCdcSetupOperator(_CaptureOperator):
                 admin.check_tables(conn, tables.values()), CdcConfigurationError, "captured tables are not ready"
             )
             slot_created = False
-            if planning.needs_slot(capture.snapshot_mode):
+            if planning.streams(capture.snapshot_mode):
                 status = admin.slot_status(conn, capture.resolved_slot_name)
                 if status is not None:
                     admin.verify_slot(status, server.database)
             publication = admin.ensure_publication(
                 conn, capture.resolved_publication_name, list(capture.table_refs), capture.publication_autocreate_mode
             )
-            if planning.needs_slot(capture.snapshot_mode):
+            if planning.streams(capture.snapshot_mode):
                 _status, slot_created = admin.ensure_slot(conn, capture.resolved_slot_name, server.database)
         self.log.info(
             "capture %s ready: publication %r %s, slot %r %s, %d table(s)",
@@ -95,7 +95,7 @@ class PostgresCdcSetupOperator(_CaptureOperator):
             capture.resolved_publication_name,
             publication,
             capture.resolved_slot_name,
-            "created" if slot_created else "present" if planning.needs_slot(capture.snapshot_mode) else "not needed",
+            "created" if slot_created else "present" if planning.streams(capture.snapshot_mode) else "not needed",
             len(tables),
         )
         return {
@@ -213,7 +213,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                     state.save(state.offset)  # record a roll-forward found while deciding
                 raise AirflowSkipException(decision.reason)
             self.log.info("snapshot due: %s", decision.reason)
-            if planning.needs_slot(capture.snapshot_mode):
+            if planning.streams(capture.snapshot_mode):
                 if slot is not None and slot.wal_lost and capture.snapshot_mode == "when_needed":
                     self.log.warning("dropping slot %r: its WAL was lost", slot.slot_name)
                     admin.drop_slot(state.conn, slot.slot_name)
@@ -230,7 +230,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
             entry = self._run_job(self._spec(state.hook, window, state.offset))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             confirmed = None
-            if planning.needs_slot(capture.snapshot_mode):
+            if planning.streams(capture.snapshot_mode):
                 assert entry.window.to_lsn is not None
                 confirmed = state.acknowledge(entry.window.to_lsn)
             summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=None)

@@ -88,6 +88,12 @@ class PostgresCluster:
             user = pwd.getpwnam("postgres")
             for path in (self.base_dir, self.socket_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
+            reachable = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", str(self.base_dir)], cwd="/")
+            if reachable.returncode != 0:
+                raise PermissionError(
+                    f"the postgres OS user cannot reach {self.base_dir}: a parent directory is private. "
+                    "Put throwaway clusters under a world-traversable directory such as /tmp."
+                )
         if not (self.data_dir / "PG_VERSION").exists():
             pwfile = self.base_dir / "pwfile"
             pwfile.write_text(self.password + "\n")
@@ -213,6 +219,13 @@ class PostgresCluster:
             with contextlib.suppress(FileExistsError, OSError):
                 os.replace(staging / "install", cache)
         return cache / "bin"
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new directory under the system temp dir that the postgres OS user can traverse."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
 
 
 def _free_port() -> int:

@@ -280,3 +280,85 @@ def test_missing_spark_connection_is_a_clear_error(shop_db, tmp_path):
     result = af.run(dag, 0, errors=errors)
     assert result.tasks["snapshot"] == "failed"
     assert "nope" in result.error("snapshot")
+
+
+def mode_dag(db, conn_id, sink, mode: str, errors: dict):
+    return capture_dag(f"mode_{mode}_{db.name}", make_capture(db, conn_id, sink, snapshot_mode=mode), errors)
+
+
+def kinds(sink) -> list[str]:
+    return [e.window.kind for e in committed_windows(str(sink), "shop")]
+
+
+def test_snapshot_mode_always_snapshots_every_run(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = mode_dag(db, conn_id, tmp_path, "always", errors)
+    for hour in range(2):
+        if hour:
+            with db.connect() as conn:
+                shop.mutate(conn, round_no=hour)
+        result = af.run(dag, hour, errors=errors)
+        assert result.tasks == {"setup": "success", "snapshot": "success", "window": "success"}, errors
+        assert result.xcom["window"]["from_lsn"] == result.xcom["snapshot"]["to_lsn"]
+    assert kinds(tmp_path) == ["snapshot", "stream", "snapshot", "stream"]
+    assert_reproduces_source(db, tmp_path)
+
+
+def test_snapshot_mode_never_streams_from_the_slot(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = mode_dag(db, conn_id, tmp_path, "never", errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.tasks == {"setup": "success", "snapshot": "skipped", "window": "success"}, errors
+    db.execute("INSERT INTO customers (email, name) VALUES ('late@example.com', 'Late')")
+    second = af.run(dag, 1, errors=errors)
+    assert second.xcom["window"]["events"] == {"shop.public.customers": {"c": 1}}
+    assert kinds(tmp_path) == ["stream", "stream"]  # rows from before the slot are never read
+
+
+def test_snapshot_mode_initial_only_never_streams(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = mode_dag(db, conn_id, tmp_path, "initial_only", errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.tasks == {"setup": "success", "snapshot": "success", "window": "skipped"}, errors
+    second = af.run(dag, 1, errors=errors)
+    assert second.tasks == {"setup": "success", "snapshot": "skipped", "window": "skipped"}, errors
+    assert kinds(tmp_path) == ["snapshot"]
+    assert db.slot_status() is None  # no slot pins WAL for a capture that never streams
+    assert_reproduces_source(db, tmp_path)
+
+
+def test_snapshot_mode_when_needed_resnapshots_after_slot_loss(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = mode_dag(db, conn_id, tmp_path, "when_needed", errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    db.execute(f"SELECT pg_drop_replication_slot('{db.slot}')")
+    with db.connect() as conn:
+        shop.mutate(conn, round_no=1)  # changes while no slot exists: only a snapshot can recover them
+    # The setup task recreates the slot; the snapshot task notices the slot no longer covers the
+    # stored offset and re-snapshots; the window continues from the new snapshot.
+    result = af.run(dag, 1, errors=errors)
+    assert result.tasks == {"setup": "success", "snapshot": "success", "window": "success"}, errors
+    assert kinds(tmp_path) == ["snapshot", "stream", "snapshot", "stream"]
+    assert_reproduces_source(db, tmp_path)
+    with db.connect() as conn:
+        shop.mutate(conn, round_no=2)
+    result = af.run(dag, 2, errors=errors)
+    assert result.tasks["snapshot"] == "skipped"
+    assert_reproduces_source(db, tmp_path)
+
+
+def test_initial_mode_fails_clearly_after_slot_loss(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    dag = mode_dag(db, conn_id, tmp_path, "initial", errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    db.execute(f"SELECT pg_drop_replication_slot('{db.slot}')")
+    db.execute("UPDATE customers SET vip = NOT vip")
+    result = af.run(dag, 1, errors=errors)
+    # setup recreates the slot, but it starts after the stored offset: changes were lost
+    assert result.tasks["window"] == "failed"
+    assert "past the stored offset" in result.error("window")

@@ -25,19 +25,29 @@ def events_of(sink: str, prefix: str, table: str) -> list[dict]:
 
 
 def ordered(events: Iterable[dict]) -> list[dict]:
+    """Window by window; inside a stream window by (commit LSN, position in the transaction)."""
+
     def key(event: dict) -> tuple:
         if event["op"] == "r":
-            return (0, 0, 0)
-        return (1, event["source"]["commit_lsn"], event["transaction"]["total_order"])
+            return (event["window_id"], 0, 0)
+        return (event["window_id"], event["source"]["commit_lsn"], event["transaction"]["total_order"])
 
     return sorted(events, key=key)
 
 
 def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, dict]:
-    """Current state of a table after applying ``events`` in commit order."""
+    """Current state of a table after applying ``events`` in commit order.
+
+    A snapshot window is a complete image of the table: it replaces what came before it
+    (``snapshot_mode='always'`` or a re-snapshot by ``'when_needed'``).
+    """
     state: dict[tuple, dict] = {}
+    snapshot_window = None
     for event in ordered(events):
         op, before, after = event["op"], event["before"], event["after"]
+        if op == "r" and event["window_id"] != snapshot_window:
+            snapshot_window = event["window_id"]
+            state.clear()
         if op in ("r", "c"):
             state[_key(after, key_columns)] = after
         elif op == "u":

@@ -48,11 +48,8 @@ def validate_snapshot_mode(mode: str) -> str:
 
 
 def streams(mode: str) -> bool:
+    """Does this snapshot mode stream changes (and so need a replication slot)?"""
     return mode != "initial_only"
-
-
-def needs_slot(mode: str) -> bool:
-    return streams(mode)
 
 
 @dataclass(frozen=True)

@@ -65,14 +65,10 @@ class StreamStats:
     transactions: int = 0
     chunks: int = 0
     messages_skipped: int = 0
-    ops: dict[str, Counter] = field(default_factory=dict)
     last_commit_lsn: int | None = None
     last_tx_id: int | None = None
     last_commit_ts_us: int | None = None
     started: float = field(default_factory=time.monotonic)
-
-    def count(self, topic: str, op: str) -> None:
-        self.ops.setdefault(topic, Counter())[op] += 1
 
 
 class WindowCollector:
@@ -236,7 +232,6 @@ class WindowCollector:
             transaction=(tx.id, tx.total, tx.per_collection[collection]),
         )
         self.stats.changes += 1
-        self.stats.count(table_topic(self.topic_prefix, buffer.table.ref.schema, buffer.table.ref.name), op)
         self._buffered += 1
         if self._buffered >= self.max_changes:
             self._flush_chunk()
