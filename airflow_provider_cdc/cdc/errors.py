@@ -9,6 +9,8 @@ message ever contains a password or a connection string.
 
 from __future__ import annotations
 
+import re
+
 
 class CdcError(Exception):
     """Base class of every error raised by airflow-provider-cdc."""
@@ -86,3 +88,30 @@ class DecodingError(CdcError):
 
 class StaleOffsetError(CdcStateError):
     """The stored offset changed since it was read: another writer got there first."""
+
+
+_REMOTE_ERROR = re.compile(r"^airflow_provider_cdc\.[\w.]+?\.(\w+): (.+)$", re.MULTILINE)
+
+
+def from_remote_traceback(text: str) -> CdcError | None:
+    """The engine error at the bottom of a traceback that crossed a process boundary.
+
+    Spark reports exceptions raised in its Python workers as a generic exception carrying the
+    worker's traceback as text; this recovers the original class and message, so a terminal
+    error in a Spark task stays terminal.
+    """
+    matches = _REMOTE_ERROR.findall(text)
+    if not matches:
+        return None
+    name, message = matches[-1]
+    known = {cls.__name__: cls for cls in _all_subclasses(CdcError)}
+    cls = known.get(name)
+    return None if cls is None else cls(message.strip())
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out

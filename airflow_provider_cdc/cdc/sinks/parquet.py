@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_provider_cdc.cdc.errors import from_remote_traceback
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
 from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, storage_for
@@ -97,7 +98,13 @@ class WindowWriter:
     def write_dataframe(self, topic: Topic, frame: Any) -> int:
         """Write a Spark DataFrame of events (snapshot partitions); returns the rows written."""
         uri = self.sink.storage.uri(self.dataset_path(topic))
-        frame.write.mode("append").parquet(uri)
+        try:
+            frame.write.mode("append").parquet(uri)
+        except Exception as exc:
+            original = from_remote_traceback(str(exc))
+            if original is not None:
+                raise original from None
+            raise
         files = [n for n in self.sink.storage.list_names(self.dataset_path(topic)) if n.endswith(".parquet")]
         if not files:
             return 0

@@ -172,3 +172,15 @@ def test_empty_tables_and_many_partitions(db, spark, tmp_path):
     ids = [e["after"]["id"] for e in events_of(tmp_path, "t", "public.wide")]
     assert sorted(ids) == list(range(1, 20001))  # every row exactly once across partitions
     assert entry.stats["rows"] == {"t.public.empty": 0, "t.public.wide": 20000}
+
+
+def test_a_bad_value_in_a_spark_task_fails_terminally_and_commits_nothing(db15, spark, tmp_path):
+    from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+    from airflow_provider_cdc.cdc.sources.postgres.types import ValueConversionError
+
+    db15.execute("CREATE TABLE prices (id int PRIMARY KEY, amount numeric(10,2)); INSERT INTO prices VALUES (1, 'NaN')")
+    db15.setup_capture(["public.prices"])
+    with pytest.raises(ValueConversionError, match=r"column 'amount' of public\.prices: value 'NaN'") as failure:
+        run_job(db15.spec(["public.prices"], snapshot_window(1), tmp_path))
+    assert failure.value.terminal
+    assert committed_windows(str(tmp_path), "t") == []
