@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, ServerConfigurationError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
 from airflow_provider_cdc.version_compat import BaseHook
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    server: admin.ServerInfo
+    tables: dict[TableRef, TableInfo]
+    slot: admin.SlotStatus | None
 
 
 def connection_info_from(conn: Any) -> PgConnectionInfo:
@@ -59,6 +68,26 @@ class PostgresCdcHook(BaseHook):
 
     # -- checks ------------------------------------------------------------------------------
 
+    def preflight(self, tables: Sequence[TableRef], *, slot_name: str | None) -> PreflightReport:
+        """Check server, tables and (if given and present) the slot; raise listing every problem.
+
+        Server problems (wal_level, privileges, version) are reported first: nothing else can
+        work without them. Then unknown tables, then replica identity and privilege problems.
+        """
+        with self.session() as conn:
+            server = admin.server_info(conn)
+            admin.raise_if_problems(
+                admin.check_server(server), ServerConfigurationError, "the server cannot do logical capture"
+            )
+            described = admin.describe_tables(conn, list(tables))
+            admin.raise_if_problems(
+                admin.check_tables(conn, described.values()), CdcConfigurationError, "captured tables are not ready"
+            )
+            slot = admin.slot_status(conn, slot_name) if slot_name else None
+            if slot is not None:
+                admin.verify_slot(slot, server.database)
+        return PreflightReport(server, described, slot)
+
     def server_info(self) -> admin.ServerInfo:
         with self.session() as conn:
             return admin.server_info(conn)
@@ -66,6 +95,22 @@ class PostgresCdcHook(BaseHook):
     def describe_tables(self, tables: Sequence[TableRef]) -> dict[TableRef, TableInfo]:
         with self.session() as conn:
             return admin.describe_tables(conn, list(tables))
+
+    # -- administration ----------------------------------------------------------------------
+
+    def ensure_publication(self, name: str, tables: Sequence[TableRef], mode: str = "filtered") -> str:
+        """Create or verify the publication: returns 'created', 'altered' or 'verified'."""
+        with self.session() as conn:
+            return admin.ensure_publication(conn, name, list(tables), mode)
+
+    def ensure_slot(self, slot_name: str) -> tuple[admin.SlotStatus, bool]:
+        """Create the pgoutput slot if missing, verify it otherwise: (status, created)."""
+        with self.session() as conn:
+            return admin.ensure_slot(conn, slot_name, conn.info.dbname)
+
+    def drop_slot(self, slot_name: str) -> bool:
+        with self.session() as conn:
+            return admin.drop_slot(conn, slot_name)
 
     # -- slot --------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, ServerConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
@@ -70,32 +70,22 @@ class PostgresCdcSetupOperator(_CaptureOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         capture = self.capture
-        with fail_fast_on_terminal_errors(), self.hook().session() as conn:
-            server = admin.server_info(conn)
-            admin.raise_if_problems(
-                admin.check_server(server), ServerConfigurationError, "the server cannot do logical capture"
+        hook = self.hook()
+        streams = planning.streams(capture.snapshot_mode)
+        with fail_fast_on_terminal_errors():
+            report = hook.preflight(capture.table_refs, slot_name=capture.resolved_slot_name if streams else None)
+            publication = hook.ensure_publication(
+                capture.resolved_publication_name, capture.table_refs, capture.publication_autocreate_mode
             )
-            tables = admin.describe_tables(conn, list(capture.table_refs))
-            admin.raise_if_problems(
-                admin.check_tables(conn, tables.values()), CdcConfigurationError, "captured tables are not ready"
-            )
-            slot_created = False
-            if planning.streams(capture.snapshot_mode):
-                status = admin.slot_status(conn, capture.resolved_slot_name)
-                if status is not None:
-                    admin.verify_slot(status, server.database)
-            publication = admin.ensure_publication(
-                conn, capture.resolved_publication_name, list(capture.table_refs), capture.publication_autocreate_mode
-            )
-            if planning.streams(capture.snapshot_mode):
-                _status, slot_created = admin.ensure_slot(conn, capture.resolved_slot_name, server.database)
+            slot_created = hook.ensure_slot(capture.resolved_slot_name)[1] if streams else False
+        server, tables = report.server, report.tables
         self.log.info(
             "capture %s ready: publication %r %s, slot %r %s, %d table(s)",
             capture.topic_prefix,
             capture.resolved_publication_name,
             publication,
             capture.resolved_slot_name,
-            "created" if slot_created else "present" if planning.streams(capture.snapshot_mode) else "not needed",
+            "created" if slot_created else "present" if streams else "not needed",
             len(tables),
         )
         return {
