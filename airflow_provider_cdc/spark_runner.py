@@ -43,8 +43,12 @@ def run_submitted(
     from airflow_provider_cdc.version_compat import BaseHook
 
     # SparkSubmitHook silently falls back to master 'yarn' when the connection is missing.
-    BaseHook.get_connection(spark_conn_id)
-    env = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    master = (BaseHook.get_connection(spark_conn_id).host or "").strip()
+    env = {}
+    if master.startswith("local"):
+        # A local master runs Python workers on this machine: use this interpreter (the one with
+        # the package installed). Cluster masters use spark.pyspark.python / the cluster's setup.
+        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if spec.connection.password is not None:
         env[spec.connection.password_env] = spec.connection.password
     with tempfile.TemporaryDirectory(prefix="cdc-job-") as workdir:

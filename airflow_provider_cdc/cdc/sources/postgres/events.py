@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.envelope import TRANSACTION_BLOCK, EventLayout, Op
+from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, TupleData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import arrow_type, cast_text
@@ -208,7 +209,9 @@ class StreamEventBuffer:
         width = len(self.columns)
         for i, row in enumerate(filled):
             if len(row) != width:
-                raise ValueError(f"{self.table.ref}: a row has {len(row)} values but the relation has {width} columns")
+                raise DecodingError(
+                    f"{self.table.ref}: a row has {len(row)} values but the relation has {width} columns"
+                )
             if UNCHANGED_TOAST in row:
                 filled[i] = self._replace_unchanged_toast(row)
         text_columns = [pa.array(col, pa.binary()).cast(pa.string()) for col in zip(*filled)]
