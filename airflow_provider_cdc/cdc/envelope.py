@@ -1,10 +1,16 @@
 """Debezium-compatible change events and transaction boundary rows, as Arrow record batches.
 
 An event row has Debezium's envelope columns verbatim (``before``, ``after``, ``source``, ``op``,
-``ts_ms``, ``transaction``), then the table's key columns flat (for partitioning and merges), then
-the ``window_id`` that wrote it. The ``source`` struct is connector specific and supplied by the
-source package; everything else here is shared by every source and by the snapshot and stream
-paths alike.
+``ts_ms``, ``transaction``), then the table's key columns flat (for partitioning and merges),
+then extension columns, then the ``window_id`` that wrote it:
+
+- ``__debezium_oldkey`` / ``__debezium_newkey``: Debezium's key-change headers as columns; a
+  primary-key change is a ``d`` carrying the new key followed by a ``c`` carrying the old key;
+- ``unchanged_toast_columns``: columns whose TOASTed value the update did not change (their
+  value is not in the WAL: a placeholder or null stands in, and merges must keep the old value);
+- ``truncate``: the ``CASCADE`` / ``RESTART IDENTITY`` flags of an ``op = t`` event.
+
+The ``source`` struct is connector specific and supplied by the source package.
 """
 
 from __future__ import annotations
@@ -20,7 +26,12 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 
 ENVELOPE_FIELDS = ("before", "after", "source", "op", "ts_ms", "transaction")
 WINDOW_ID_FIELD = "window_id"
-RESERVED_NAMES = frozenset(ENVELOPE_FIELDS) | {WINDOW_ID_FIELD, "ts_us", "ts_ns", "message"}
+OLD_KEY_FIELD = "__debezium_oldkey"
+NEW_KEY_FIELD = "__debezium_newkey"
+UNCHANGED_FIELD = "unchanged_toast_columns"
+TRUNCATE_FIELD = "truncate"
+EXTENSION_FIELDS = (OLD_KEY_FIELD, NEW_KEY_FIELD, UNCHANGED_FIELD, TRUNCATE_FIELD)
+RESERVED_NAMES = frozenset(ENVELOPE_FIELDS) | {WINDOW_ID_FIELD, "ts_us", "ts_ns", "message", *EXTENSION_FIELDS}
 
 TRANSACTION_BLOCK = pa.struct(
     [
@@ -29,6 +40,8 @@ TRANSACTION_BLOCK = pa.struct(
         pa.field("data_collection_order", pa.int64()),
     ]
 )
+TRUNCATE_FLAGS = pa.struct([pa.field("cascade", pa.bool_()), pa.field("restart_identity", pa.bool_())])
+UNCHANGED_LIST = pa.list_(pa.string())
 
 DATA_COLLECTION_COUNT = pa.struct([pa.field("data_collection", pa.string()), pa.field("event_count", pa.int64())])
 
@@ -43,6 +56,9 @@ TRANSACTION_SCHEMA = pa.schema(
         pa.field(WINDOW_ID_FIELD, pa.string(), nullable=False),
     ]
 )
+
+#: Data collection name under which logical decoding messages count in transaction metadata.
+MESSAGE_DATA_COLLECTION = "message"
 
 
 class Op:
@@ -75,6 +91,11 @@ class EventLayout:
         return pa.struct(list(self.value_fields))
 
     @cached_property
+    def key_type(self) -> pa.StructType:
+        types = {f.name: f.type for f in self.value_fields}
+        return pa.struct([pa.field(k, types[k]) for k in self.key_columns])
+
+    @cached_property
     def flat_key_names(self) -> dict[str, str]:
         """Key column → name of its flat copy (``key_<name>`` when it clashes with the envelope)."""
         out: dict[str, str] = {}
@@ -88,6 +109,9 @@ class EventLayout:
     @cached_property
     def schema(self) -> pa.Schema:
         key_types = {f.name: f.type for f in self.value_fields}
+        key_change = (
+            [pa.field(OLD_KEY_FIELD, self.key_type), pa.field(NEW_KEY_FIELD, self.key_type)] if self.key_columns else []
+        )
         return pa.schema(
             [
                 pa.field("before", self.value_type),
@@ -97,6 +121,9 @@ class EventLayout:
                 pa.field("ts_ms", pa.int64()),
                 pa.field("transaction", TRANSACTION_BLOCK),
                 *(pa.field(flat, key_types[key]) for key, flat in self.flat_key_names.items()),
+                *key_change,
+                pa.field(UNCHANGED_FIELD, UNCHANGED_LIST),
+                pa.field(TRUNCATE_FIELD, TRUNCATE_FLAGS),
                 pa.field(WINDOW_ID_FIELD, pa.string(), nullable=False),
             ]
         )
@@ -109,6 +136,12 @@ class EventLayout:
         mask = None if present is None or all(present) else pa.array([not p for p in present])
         return pa.StructArray.from_arrays(list(children), fields=list(self.value_fields), mask=mask)
 
+    def key_struct(self, children: Sequence[pa.Array], present: Sequence[bool]) -> pa.Array:
+        if not any(present):
+            return pa.nulls(len(present), self.key_type)
+        mask = pa.array([not p for p in present])
+        return pa.StructArray.from_arrays(list(children), fields=list(self.key_type), mask=mask)
+
     def assemble(
         self,
         *,
@@ -119,11 +152,23 @@ class EventLayout:
         ts_ms: int,
         transaction: pa.Array | None,
         window_id: str,
+        old_key: pa.Array | None = None,
+        new_key: pa.Array | None = None,
+        unchanged: pa.Array | None = None,
+        truncate: pa.Array | None = None,
     ) -> pa.RecordBatch:
         length = len(op)
         flat_keys = [
             pc.coalesce(pc.struct_field(after, key), pc.struct_field(before, key)) for key in self.flat_key_names
         ]
+        key_change = (
+            [
+                old_key if old_key is not None else pa.nulls(length, self.key_type),
+                new_key if new_key is not None else pa.nulls(length, self.key_type),
+            ]
+            if self.key_columns
+            else []
+        )
         columns = [
             before,
             after,
@@ -132,18 +177,30 @@ class EventLayout:
             pa.repeat(pa.scalar(ts_ms, pa.int64()), length),
             transaction if transaction is not None else pa.nulls(length, TRANSACTION_BLOCK),
             *flat_keys,
+            *key_change,
+            unchanged if unchanged is not None else pa.nulls(length, UNCHANGED_LIST),
+            truncate if truncate is not None else pa.nulls(length, TRUNCATE_FLAGS),
             pa.repeat(pa.scalar(window_id, pa.string()), length),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-def transaction_rows(
-    *,
-    transaction_id: str,
-    ts_ms: int,
-    counts: dict[str, int],
-    window_id: str,
-) -> list[dict]:
+def message_schema(source_type: pa.StructType, content_type: pa.DataType) -> pa.Schema:
+    """Schema of the ``<prefix>.message`` dataset (``op = m``, logical decoding messages)."""
+    return pa.schema(
+        [
+            pa.field("source", source_type, nullable=False),
+            pa.field("op", pa.string(), nullable=False),
+            pa.field("ts_ms", pa.int64()),
+            pa.field("transaction", TRANSACTION_BLOCK),
+            pa.field("message", pa.struct([pa.field("prefix", pa.string()), pa.field("content", content_type)])),
+            pa.field("prefix", pa.string()),
+            pa.field(WINDOW_ID_FIELD, pa.string(), nullable=False),
+        ]
+    )
+
+
+def transaction_rows(*, transaction_id: str, ts_ms: int, counts: dict[str, int], window_id: str) -> list[dict]:
     """The BEGIN and END rows of one transaction (``counts``: data collection → events)."""
     collections = [{"data_collection": name, "event_count": n} for name, n in counts.items()]
     return [

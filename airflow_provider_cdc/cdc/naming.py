@@ -34,6 +34,11 @@ def transaction_topic(prefix: str) -> str:
     return f"{prefix}.transaction"
 
 
+def message_topic(prefix: str) -> str:
+    """Debezium's topic of logical decoding messages."""
+    return f"{prefix}.message"
+
+
 def topic_directory(*parts: str) -> str:
     """Directory name for a topic given its parts (prefix, schema, table)."""
     return ".".join(_escape(p) for p in parts)
@@ -65,6 +70,10 @@ class Topic:
     @classmethod
     def transactions(cls, prefix: str) -> Topic:
         return cls(transaction_topic(prefix), topic_directory(prefix, "transaction"))
+
+    @classmethod
+    def messages(cls, prefix: str) -> Topic:
+        return cls(message_topic(prefix), topic_directory(prefix, "message"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Topic) and other.name == self.name

@@ -15,6 +15,7 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
@@ -73,6 +74,7 @@ class PostgresJobSpec:
     previous_commit_lsn: Lsn | None = None  # for Debezium's source.sequence of the first event
     options: CaptureOptions = field(default_factory=CaptureOptions)
     spark: SparkOptions = field(default_factory=SparkOptions)
+    events: EventSettings = field(default_factory=EventSettings)
 
     connector = "postgresql"
 
@@ -95,6 +97,7 @@ class PostgresJobSpec:
             "previous_commit_lsn": None if self.previous_commit_lsn is None else int(self.previous_commit_lsn),
             "options": self.options.to_dict(),
             "spark": self.spark.to_dict(),
+            "events": self.events.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -119,4 +122,5 @@ class PostgresJobSpec:
             previous_commit_lsn=lsn_or_none(data.get("previous_commit_lsn")),
             options=CaptureOptions.from_dict(data.get("options") or {}),
             spark=SparkOptions.from_dict(data.get("spark") or {}),
+            events=EventSettings.from_dict(data.get("events") or {}),
         )

@@ -28,7 +28,7 @@ from airflow_provider_cdc.cdc.sources.postgres.tables import (
     TableInfo,
     TableRef,
 )
-from airflow_provider_cdc.cdc.sources.postgres.types import PgType
+from airflow_provider_cdc.cdc.sources.postgres.types import resolve_types
 
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
@@ -161,17 +161,19 @@ def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]
             f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}"
         )
     oids = [found[r][0] for r in refs]
-    columns: dict[int, list[Column]] = {oid: [] for oid in oids}
-    for relid, name, type_oid, typmod, type_name in conn.execute(
+    attributes = conn.execute(
         """
-        SELECT a.attrelid, a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod)
+        SELECT a.attrelid, a.attname, a.atttypid::int8, a.atttypmod
         FROM pg_attribute a
         WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
         ORDER BY a.attrelid, a.attnum
         """,
         (oids,),
-    ):
-        columns[relid].append(Column(name, PgType(type_oid, typmod, type_name)))
+    ).fetchall()
+    types = resolve_types(conn, sorted({(type_oid, typmod) for _, _, type_oid, typmod in attributes}))
+    columns: dict[int, list[Column]] = {oid: [] for oid in oids}
+    for relid, name, type_oid, typmod in attributes:
+        columns[relid].append(Column(name, types[(type_oid, typmod)]))
     keys: dict[int, dict[str, list[str]]] = {oid: {} for oid in oids}
     for relid, is_primary, names in conn.execute(
         """

@@ -23,7 +23,7 @@ from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, event_layout
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
     BlockRange,
@@ -35,6 +35,7 @@ from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
 )
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, quote_ident
+from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def _lazy_session(spec: PostgresJobSpec) -> SparkProvider:
 
 def _topics(spec: PostgresJobSpec, tables: dict) -> list[Topic]:
     topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
-    return [*topics, Topic.transactions(spec.topic_prefix)]
+    return [*topics, Topic.transactions(spec.topic_prefix), Topic.messages(spec.topic_prefix)]
 
 
 def _context(spec: PostgresJobSpec) -> EventContext:
@@ -91,49 +92,44 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
     info = spec.connection
     window = spec.window
     assert window.from_lsn is not None and window.to_lsn is not None
-    with connect(info) as conn:
-        tables = admin.describe_tables(conn, list(spec.tables))
-        admin.verify_publication(conn, spec.publication_name, list(spec.tables))
-        status = admin.require_slot(conn, spec.slot_name, info.dbname)
-        assert status.confirmed_flush_lsn is not None
-        if status.confirmed_flush_lsn > window.from_lsn:
-            raise OffsetMismatchError(
-                f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, past the start "
-                f"of {window.describe()}: the window's changes are no longer in the slot"
-            )
+    # This session also resolves the types of columns added while the window is read.
+    with connect(info) as catalog:
+        tables = _check_stream_source(catalog, spec)
+        log.info(
+            "reading %s from slot %r (%d bytes of WAL)",
+            window.describe(),
+            spec.slot_name,
+            window.to_lsn - window.from_lsn,
+        )
+        sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+        writer = sink.open_window(window, _topics(spec, tables))
+        known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
+        collector = WindowCollector(
+            window=window,
+            tables=tables,
+            context=_context(spec),
+            topic_prefix=spec.topic_prefix,
+            previous_commit_lsn=spec.previous_commit_lsn,
+            max_changes_per_chunk=spec.options.max_changes_per_chunk,
+            flush=writer.write_chunk,
+            settings=spec.events,
+            types=TypeCache(catalog, known),
+        )
         if not window.is_empty_range:
-            # A non-transactional message after the target: the walsender sends it as soon as it
-            # decodes it, which proves it has passed the target even if nothing was captured.
-            conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MARKER_PREFIX, window.window_id))
-    log.info(
-        "reading %s from slot %r (%d bytes of WAL)", window.describe(), spec.slot_name, window.to_lsn - window.from_lsn
-    )
-    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
-    writer = sink.open_window(window, _topics(spec, tables))
-    collector = WindowCollector(
-        window=window,
-        tables=tables,
-        context=_context(spec),
-        topic_prefix=spec.topic_prefix,
-        previous_commit_lsn=spec.previous_commit_lsn,
-        max_changes_per_chunk=spec.options.max_changes_per_chunk,
-        flush=writer.write_chunk,
-    )
-    if not window.is_empty_range:
-        with ReplicationConnection(info) as replication:
-            replication.start_logical(
-                spec.slot_name,
-                window.from_lsn,
-                {
-                    "proto_version": "1",
-                    "publication_names": quote_ident(spec.publication_name),
-                    "messages": "true",
-                },
-            )
-            for frame in replication.frames(idle_timeout=spec.options.idle_timeout_seconds):
-                if collector.feed(frame):
-                    break
-    stats = collector.finish()
+            with ReplicationConnection(info) as replication:
+                replication.start_logical(
+                    spec.slot_name,
+                    window.from_lsn,
+                    {
+                        "proto_version": "1",
+                        "publication_names": quote_ident(spec.publication_name),
+                        "messages": "true",
+                    },
+                )
+                for frame in replication.frames(idle_timeout=spec.options.idle_timeout_seconds):
+                    if collector.feed(frame):
+                        break
+        stats = collector.finish()
     return writer.commit(
         window,
         transactions=stats.transactions,
@@ -143,11 +139,34 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
         stats={
             "changes": stats.changes,
             "chunks": stats.chunks,
+            "messages": stats.messages,
             "messages_skipped": stats.messages_skipped,
+            "key_changes": stats.key_changes,
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
         },
     )
+
+
+def _check_stream_source(conn: Any, spec: PostgresJobSpec) -> dict:
+    """Tables, publication and slot are as the window needs them; emit the end marker."""
+    window = spec.window
+    tables = admin.describe_tables(conn, list(spec.tables))
+    for table in tables.values():  # fail on bad filters or masks before reading anything
+        TableEncoder(table, table.columns, spec.events)
+    admin.verify_publication(conn, spec.publication_name, list(spec.tables))
+    status = admin.require_slot(conn, spec.slot_name, spec.connection.dbname)
+    assert status.confirmed_flush_lsn is not None and window.from_lsn is not None
+    if status.confirmed_flush_lsn > window.from_lsn:
+        raise OffsetMismatchError(
+            f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, past the start "
+            f"of {window.describe()}: the window's changes are no longer in the slot"
+        )
+    if not window.is_empty_range:
+        # A non-transactional message after the target: the walsender sends it as soon as it
+        # decodes it, which proves it has passed the target even if nothing was captured.
+        conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MARKER_PREFIX, window.window_id))
+    return tables
 
 
 def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
@@ -155,6 +174,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     started = time.monotonic()
     with connect(info) as conn:
         tables = admin.describe_tables(conn, list(spec.tables))
+    encoders = {ref: TableEncoder(table, table.columns, spec.events) for ref, table in tables.items()}
     sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
     writer = sink.open_window(spec.window, _topics(spec, tables))
     spark = spark_provider()
@@ -184,8 +204,8 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             len(tables),
             sum(len(p) for p in plans.values()),
         )
-        for ref, table in tables.items():
-            frame = _snapshot_frame(spark, info, point, table, plans[ref], context)
+        for ref in tables:
+            frame = _snapshot_frame(spark, info, point, encoders[ref], plans[ref], context, spec.events)
             topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
             rows[topic.name] = writer.write_dataframe(topic, frame)
             log.info("snapshot of %s: %d rows", ref, rows[topic.name])
@@ -205,19 +225,19 @@ def _snapshot_frame(
     spark: Any,
     info: PgConnectionInfo,
     point: SnapshotPoint,
-    table: TableInfo,
+    encoder: TableEncoder,
     ranges: list[BlockRange],
     context: EventContext,
+    settings: EventSettings,
 ) -> Any:
     from airflow_provider_cdc.cdc.spark_session import spark_schema
 
-    layout = event_layout(table)
     work = spark.createDataFrame(
         spark.sparkContext.parallelize([(r.first, r.end) for r in ranges], len(ranges)),
         "first long, end long",
     )
-    reader = functools.partial(_read_ranges, info, point, table, context)
-    return work.mapInArrow(reader, spark_schema(layout.schema))
+    reader = functools.partial(_read_ranges, info, point, encoder.table, context, settings)
+    return work.mapInArrow(reader, spark_schema(encoder.layout.schema))
 
 
 def _read_ranges(
@@ -225,12 +245,13 @@ def _read_ranges(
     point: SnapshotPoint,
     table: TableInfo,
     context: EventContext,
+    settings: EventSettings,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     # Runs in Spark's Python workers: one call per partition of block ranges.
     for batch in batches:
         for first, end in zip(batch.column("first").to_pylist(), batch.column("end").to_pylist()):
-            yield from read_partition(info, point, table, BlockRange(first, end), context)
+            yield from read_partition(info, point, table, BlockRange(first, end), context, settings)
 
 
 def _temporary_slot_name() -> str:

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, event_layout, snapshot_batch
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder, snapshot_batch
+from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 
@@ -85,17 +85,17 @@ def plan_block_ranges(conn: Any, table: TableInfo, *, partition_bytes: int, max_
     return [r for r in ranges if r.end is None or r.first < blocks]
 
 
-def copy_statement(table: TableInfo, block_range: BlockRange):  # -> psycopg.sql.Composed
+def copy_statement(table: TableInfo, columns: tuple[Column, ...], block_range: BlockRange):  # -> sql.Composed
     from psycopg import sql
 
-    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
+    selected = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
     where = []
     if block_range.first > 0:
         where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({block_range.first},0)")))
     if block_range.end is not None:
         where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({block_range.end},0)")))
     condition = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
-    return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT csv)").format(columns, table.ref.sql(), condition)
+    return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT csv)").format(selected, table.ref.sql(), condition)
 
 
 def read_partition(
@@ -104,17 +104,16 @@ def read_partition(
     table: TableInfo,
     block_range: BlockRange,
     context: EventContext,
+    settings: EventSettings,
 ) -> Iterator[pa.RecordBatch]:
     """``op = r`` event batches for one block range, read inside the exported snapshot."""
     import psycopg
 
-    layout = event_layout(table)
-    if not table.columns:
-        return
-    names = [f"c{i}" for i in range(len(table.columns))]
+    encoder = TableEncoder(table, table.columns, settings)
+    names = [f"c{i}" for i in range(len(encoder.columns))]
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
         import_snapshot(conn, point.snapshot_name)
-        with conn.cursor() as cur, cur.copy(copy_statement(table, block_range)) as copy:
+        with conn.cursor() as cur, cur.copy(copy_statement(table, encoder.columns, block_range)) as copy:
             stream = io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES)
             if not stream.peek(1):  # no rows in this range (Arrow refuses empty CSV input)
                 return
@@ -132,8 +131,7 @@ def read_partition(
             for batch in reader:
                 if batch.num_rows:
                     yield snapshot_batch(
-                        layout,
-                        table,
+                        encoder,
                         batch.columns,
                         context=context,
                         snapshot_lsn=point.lsn,

@@ -10,6 +10,7 @@ acknowledged here.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,9 +18,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction_rows
+from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, Op, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.naming import table_topic
+from airflow_provider_cdc.cdc.naming import message_topic, table_topic
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     Begin,
     Commit,
@@ -33,10 +34,16 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     Update,
     decode_message,
 )
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, StreamEventBuffer
+from airflow_provider_cdc.cdc.sources.postgres.events import (
+    EventContext,
+    EventSettings,
+    MessageBuffer,
+    StreamEventBuffer,
+    TableEncoder,
+)
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, TableRef
-from airflow_provider_cdc.cdc.sources.postgres.types import PgType
+from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
@@ -64,7 +71,9 @@ class StreamStats:
     changes: int = 0
     transactions: int = 0
     chunks: int = 0
+    messages: int = 0
     messages_skipped: int = 0
+    key_changes: int = 0
     last_commit_lsn: int | None = None
     last_tx_id: int | None = None
     last_commit_ts_us: int | None = None
@@ -82,8 +91,16 @@ class WindowCollector:
         previous_commit_lsn: int | None,
         max_changes_per_chunk: int,
         flush: FlushFn,
+        settings: EventSettings | None = None,
+        types: TypeCache | None = None,
     ):
         self.window = window
+        self.settings = settings or EventSettings()
+        self.types = types or TypeCache(
+            known={(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
+        )
+        self._include = [re.compile(p) for p in self.settings.message_prefix_include]
+        self._exclude = [re.compile(p) for p in self.settings.message_prefix_exclude]
         self.tables = tables
         self.context = context
         self.topic_prefix = topic_prefix
@@ -92,10 +109,10 @@ class WindowCollector:
         self._flush = flush
         self.stats = StreamStats()
         self.done = False
-        self._relations: dict[int, tuple[TableInfo, tuple[Column, ...], int] | None] = {}
+        self._relations: dict[int, tuple[TableEncoder, int] | None] = {}
         self._relation_versions: Counter = Counter()
-        self._type_names: dict[int, str] = {}
         self._buffers: dict[tuple[int, int], StreamEventBuffer] = {}
+        self._messages = MessageBuffer(context, self.settings.modes)
         self._buffered = 0
         self._tx_rows: list[dict] = []
         self._tx: _Transaction | None = None
@@ -137,12 +154,9 @@ class WindowCollector:
             if not message.transactional and self._tx is None and message.lsn >= to_lsn:
                 self.done = True
                 return True
-            if message.prefix != MARKER_PREFIX:
-                self.stats.messages_skipped += 1
-        elif isinstance(message, TypeInfo):
-            self._type_names[message.oid] = f"{message.namespace}.{message.name}"
-        elif isinstance(message, Origin):
-            pass  # replication origin of a forwarded transaction: not part of the event
+            self._message(message)
+        elif isinstance(message, (TypeInfo, Origin)):
+            pass  # types resolve through the catalog; origins are not part of events
         return False
 
     def finish(self) -> StreamStats:
@@ -159,26 +173,15 @@ class WindowCollector:
         if table is None:
             self._relations[message.oid] = None  # published but not captured
             return
-        columns = tuple(
-            Column(c.name, PgType(c.type_oid, c.type_modifier, self._type_name(table, c.name, c.type_oid)))
-            for c in message.columns
-        )
-        if columns == table.columns:
-            columns = table.columns
+        columns = tuple(Column(c.name, self.types.get(c.type_oid, c.type_modifier)) for c in message.columns)
         current = self._relations.get(message.oid)
-        if current is not None and current[1] == columns:
+        if current is not None and current[0].relation_columns == columns:
             return
+        # A new column set (ALTER TABLE inside the window): a new table version, written as its
+        # own batches; readers merge the versions (see sinks/schemas.py).
         self._relation_versions[message.oid] += 1
-        self._relations[message.oid] = (table, columns, self._relation_versions[message.oid])
-
-    def _type_name(self, table: TableInfo, column: str, type_oid: int) -> str:
-        try:
-            known = table.column(column)
-            if known.type.oid == type_oid:
-                return known.type.name
-        except KeyError:
-            pass
-        return self._type_names.get(type_oid, "")
+        encoder = TableEncoder(table, columns, self.settings)
+        self._relations[message.oid] = (encoder, self._relation_versions[message.oid])
 
     def _buffer(self, relation_oid: int) -> StreamEventBuffer | None:
         try:
@@ -187,11 +190,11 @@ class WindowCollector:
             raise DecodingError(f"change for relation {relation_oid} arrived before its Relation message") from None
         if relation is None:
             return None
-        table, columns, version = relation
+        encoder, version = relation
         key = (relation_oid, version)
         buffer = self._buffers.get(key)
         if buffer is None:
-            buffer = self._buffers[key] = StreamEventBuffer(table, columns, self.context)
+            buffer = self._buffers[key] = StreamEventBuffer(encoder, self.context)
         return buffer
 
     def _change(self, message: Insert | Update | Delete, lsn: int) -> None:
@@ -202,36 +205,84 @@ class WindowCollector:
         # under REPLICA IDENTITY DEFAULT / USING INDEX; an 'O' tuple is the full old row (FULL).
         if isinstance(message, Insert):
             self._add(buffer, Op.CREATE, None, message.new, lsn)
-        elif isinstance(message, Update):
-            self._add(buffer, Op.UPDATE, message.old, message.new, lsn)
-        else:
+        elif isinstance(message, Delete):
             self._add(buffer, Op.DELETE, message.old, None, lsn)
+        else:
+            old, new = message.old, message.new
+            keys = buffer.encoder.relation_key_indexes
+            if old is not None and keys and any(old[i] != new[i] for i in keys):
+                # A primary-key change: Debezium's delete of the old key, then create of the new,
+                # each carrying the other key.
+                old_key, new_key = tuple(old[i] for i in keys), tuple(new[i] for i in keys)
+                self._add(buffer, Op.DELETE, old, None, lsn, new_key=new_key)
+                self._add(buffer, Op.CREATE, None, new, lsn, old_key=old_key)
+                self.stats.key_changes += 1
+            else:
+                self._add(buffer, Op.UPDATE, old, new, lsn)
 
     def _truncate(self, message: Truncate, lsn: int) -> None:
+        flags = (message.cascade, message.restart_identity)
         for oid in message.relation_oids:
             buffer = self._buffer(oid) if oid in self._relations else None
             if buffer is not None:
-                self._add(buffer, Op.TRUNCATE, None, None, lsn)
+                self._add(buffer, Op.TRUNCATE, None, None, lsn, truncate=flags)
 
-    def _add(self, buffer: StreamEventBuffer, op: str, before, after, lsn: int) -> None:
+    def _message(self, message: LogicalMessage) -> None:
+        prefix = message.prefix
+        if prefix == MARKER_PREFIX or not self._wants_prefix(prefix):
+            self.stats.messages_skipped += prefix != MARKER_PREFIX
+            return
+        tx = self._tx if message.transactional else None
+        if tx is None:
+            # Not part of a transaction: no txId and no commit; it is ordered by its own LSN.
+            source = (self.context.ts_ms, self.previous_commit_lsn, None, message.lsn, message.lsn)
+            self._messages.add(prefix, message.content, source=source, transaction=None)
+        else:
+            tx.total += 1
+            tx.per_collection[MESSAGE_DATA_COLLECTION] += 1
+            source = (tx.commit_ts_us // 1000, self.previous_commit_lsn, tx.xid, message.lsn, tx.final_lsn)
+            transaction = (tx.id, tx.total, tx.per_collection[MESSAGE_DATA_COLLECTION])
+            self._messages.add(prefix, message.content, source=source, transaction=transaction)
+        self.stats.messages += 1
+        self._count_buffered()
+
+    def _wants_prefix(self, prefix: str) -> bool:
+        if self._include:
+            return any(p.fullmatch(prefix) for p in self._include)
+        return not any(p.fullmatch(prefix) for p in self._exclude)
+
+    def _add(
+        self,
+        buffer: StreamEventBuffer,
+        op: str,
+        before,
+        after,
+        lsn: int,
+        *,
+        old_key=None,
+        new_key=None,
+        truncate=None,
+    ) -> None:
         tx = self._tx
         if tx is None:
             raise DecodingError("a row change arrived outside a transaction")
-        collection = buffer.table.ref.data_collection
+        collection = buffer.encoder.table.ref.data_collection
         tx.total += 1
         tx.per_collection[collection] += 1
         buffer.add(
             op,
             before,
             after,
-            lsn=lsn,
-            xid=tx.xid,
-            commit_lsn=tx.final_lsn,
-            commit_ts_ms=tx.commit_ts_us // 1000,
-            previous_commit_lsn=self.previous_commit_lsn,
+            source=(tx.commit_ts_us // 1000, self.previous_commit_lsn, tx.xid, lsn, tx.final_lsn),
             transaction=(tx.id, tx.total, tx.per_collection[collection]),
+            old_key=old_key,
+            new_key=new_key,
+            truncate=truncate,
         )
         self.stats.changes += 1
+        self._count_buffered()
+
+    def _count_buffered(self) -> None:
         self._buffered += 1
         if self._buffered >= self.max_changes:
             self._flush_chunk()
@@ -262,9 +313,12 @@ class WindowCollector:
         batches: dict[str, list[pa.RecordBatch]] = {}
         for buffer in self._buffers.values():
             if len(buffer):
-                ref = buffer.table.ref
+                ref = buffer.encoder.table.ref
                 topic = table_topic(self.topic_prefix, ref.schema, ref.name)
                 batches.setdefault(topic, []).append(buffer.to_batch())
+        if len(self._messages):
+            batches[message_topic(self.topic_prefix)] = [self._messages.to_batch()]
+            self._messages = MessageBuffer(self.context, self.settings.modes)
         tx_batch = transaction_batch(self._tx_rows) if self._tx_rows else None
         if batches or tx_batch is not None:
             self._flush(batches, tx_batch)

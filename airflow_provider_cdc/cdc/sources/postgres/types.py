@@ -1,22 +1,27 @@
 """PostgreSQL column types → Arrow types, and text values → typed Arrow arrays.
 
 Both capture paths see PostgreSQL's *text output* of every value: the stream because pgoutput
-sends text tuples, the snapshot because it reads ``COPY ... (FORMAT csv)``. Both run the same
-:func:`cast_text` on those strings, so a row is identical whichever path it came from. Every
-session that produces text sets the same output settings (:data:`SESSION_SETTINGS`), because
-text forms of timestamps, bytea and floats depend on them.
+sends text tuples, the snapshot because it reads ``COPY ... (FORMAT csv)``. Both convert those
+strings with the same :class:`Codec`, so a row is identical whichever path it came from. Every
+session that produces text uses the same output settings (:data:`SESSION_SETTINGS`).
 
-Types without a mapping keep their text form (a string column), never a crash or a null.
+How values are represented follows Debezium's handling modes (:class:`ValueModes`), plus a
+Spark-native default for time types. Types without a mapping keep their text form (a string
+column), never a crash and never a silent null. ``docs/types.md`` lists every mapping.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.errors import CdcError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 
 #: Session settings every capture connection uses, so text forms are deterministic.
 SESSION_SETTINGS: dict[str, str] = {
@@ -25,29 +30,34 @@ SESSION_SETTINGS: dict[str, str] = {
     "IntervalStyle": "iso_8601",
     "bytea_output": "hex",
     "extra_float_digits": "3",
+    "lc_monetary": "C",
     "client_encoding": "UTF8",
 }
 
-# Built-in type OIDs (pg_type.oid is stable for built-in types).
+# Built-in type OIDs (stable across PostgreSQL versions).
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
-JSON, FLOAT4, FLOAT8, BPCHAR, VARCHAR, DATE = 114, 700, 701, 1042, 1043, 1082
-TIMESTAMP, TIMESTAMPTZ, NUMERIC, UUID, JSONB = 1114, 1184, 1700, 2950, 3802
+JSON, XML, POINT, FLOAT4, FLOAT8, MONEY = 114, 142, 600, 700, 701, 790
+BPCHAR, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ = 1042, 1043, 1082, 1083, 1114, 1184
+INTERVAL, TIMETZ, BIT, VARBIT, NUMERIC, UUID, JSONB = 1186, 1266, 1560, 1562, 1700, 2950, 3802
 
-MAX_ARROW_DECIMAL_PRECISION = 38  # also Spark's DecimalType limit
+MAX_DECIMAL_PRECISION = 38  # Arrow decimal128 and Spark DecimalType
+MONEY_PRECISION = 19  # money is an int64 of the smallest currency unit
 
-_FIXED_TYPES: dict[int, pa.DataType] = {
-    BOOL: pa.bool_(),
-    INT2: pa.int16(),
-    INT4: pa.int32(),
-    INT8: pa.int64(),
-    OID: pa.int64(),
-    FLOAT4: pa.float32(),
-    FLOAT8: pa.float64(),
-    DATE: pa.date32(),
-    TIMESTAMP: pa.timestamp("us"),
-    TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
-    BYTEA: pa.binary(),
-}
+# Debezium's encodings of ±infinity for numeric temporal representations.
+POS_INFINITY_MICROS = 9223372036825200000
+NEG_INFINITY_MICROS = -9223372036832400000
+# Spark's TimestampType/DateType range: ±infinity map to its ends in the Spark-native mode.
+SPARK_MAX_MICROS = pgv.days_from_civil(9999, 12, 31) * pgv.US_PER_DAY + pgv.US_PER_DAY - 1
+SPARK_MIN_MICROS = pgv.days_from_civil(1, 1, 1) * pgv.US_PER_DAY
+SPARK_MAX_DAYS = pgv.days_from_civil(9999, 12, 31)
+SPARK_MIN_DAYS = pgv.days_from_civil(1, 1, 1)
+
+DECIMAL_MODES = ("precise", "double", "string")
+TIME_PRECISION_MODES = ("spark", "adaptive", "adaptive_time_microseconds", "connect")
+BINARY_MODES = ("bytes", "base64", "hex")
+HSTORE_MODES = ("json", "map")
+INTERVAL_MODES = ("numeric", "string")
+DEFAULT_PLACEHOLDER = "__debezium_unavailable_value"
 
 
 class ValueConversionError(CdcError):
@@ -55,16 +65,66 @@ class ValueConversionError(CdcError):
 
 
 @dataclass(frozen=True)
+class ValueModes:
+    """Debezium's value handling modes (``decimal.handling.mode`` and friends)."""
+
+    decimal: str = "precise"
+    time_precision: str = "spark"
+    binary: str = "bytes"
+    hstore: str = "json"
+    interval: str = "numeric"
+    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("decimal", DECIMAL_MODES),
+            ("time_precision", TIME_PRECISION_MODES),
+            ("binary", BINARY_MODES),
+            ("hstore", HSTORE_MODES),
+            ("interval", INTERVAL_MODES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise CdcConfigurationError(
+                    f"{name} handling mode {getattr(self, name)!r} is not one of {', '.join(allowed)}"
+                )
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ValueModes:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class PgType:
-    """A column's type as PostgreSQL describes it: type OID and type modifier (``atttypmod``)."""
+    """A column type as the catalog describes it (domains and arrays resolved)."""
 
     oid: int
     modifier: int = -1
-    name: str = ""
+    name: str = ""  # format_type(): "numeric(12,2)", "character varying(20)", "public.mood"
+    type_name: str = ""  # pg_type.typname: "numeric", "hstore", "_int4"
+    kind: str = "b"  # typtype: b base, d domain, e enum, r range, m multirange, c composite, p pseudo
+    category: str = ""  # typcategory: A array, ...
+    element: PgType | None = None
+    base: PgType | None = None  # the base type of a domain (its own modifier applied)
+
+    def resolved(self) -> PgType:
+        """Follow domains down to their base type."""
+        pg_type = self
+        while pg_type.kind == "d" and pg_type.base is not None:
+            base = pg_type.base
+            if pg_type.modifier >= 0 and base.modifier < 0:
+                base = replace(base, modifier=pg_type.modifier)
+            pg_type = base
+        return pg_type
+
+    def precision(self, default: int = 6) -> int:
+        """Fractional-second digits of time/timestamp types."""
+        return self.modifier if 0 <= self.modifier <= 6 else default
 
     def numeric_precision_scale(self) -> tuple[int, int] | None:
-        """(precision, scale) of a constrained ``numeric``; ``None`` when unconstrained."""
-        if self.oid != NUMERIC or self.modifier < 4:
+        if self.modifier < 4:
             return None
         packed = self.modifier - 4
         scale = packed & 0x7FF
@@ -73,59 +133,438 @@ class PgType:
         return (packed >> 16) & 0xFFFF, scale
 
 
-def arrow_type(pg_type: PgType) -> pa.DataType:
-    """The Arrow (and so Spark and Parquet) type a column is captured as."""
-    fixed = _FIXED_TYPES.get(pg_type.oid)
-    if fixed is not None:
-        return fixed
-    if pg_type.oid == NUMERIC:
-        precision_scale = pg_type.numeric_precision_scale()
-        if precision_scale is not None:
-            precision, scale = precision_scale
-            if 0 <= scale <= precision <= MAX_ARROW_DECIMAL_PRECISION:
-                return pa.decimal128(precision, scale)
-    # Unconstrained or wide numeric, text types, uuid, json(b) and every unmapped type keep
-    # PostgreSQL's text form, which is lossless.
-    return pa.string()
+#: Converter from a string array to the codec's Arrow type.
+Converter = Callable[[pa.Array], pa.Array]
 
 
-def cast_text(values: pa.Array, pg_type: PgType, *, column: str, table: str) -> pa.Array:
-    """Convert PostgreSQL text output (a string array, nulls allowed) to the mapped type."""
-    target = arrow_type(pg_type)
+@dataclass(frozen=True)
+class Codec:
+    """How one column is captured: its Arrow type and the conversion from PostgreSQL text."""
+
+    arrow_type: pa.DataType
+    description: str
+    convert: Converter = field(compare=False, repr=False)
+    placeholder: object = field(default=None, compare=False)  # unchanged-TOAST stand-in, or None
+
+
+def codec_for(pg_type: PgType, modes: ValueModes) -> Codec:
+    pg_type = pg_type.resolved()
+    if pg_type.category == "A" and pg_type.element is not None:
+        codec = _array_codec(pg_type, modes)
+    else:
+        builder = _BY_OID.get(pg_type.oid) or _BY_NAME.get(pg_type.type_name)
+        codec = builder(pg_type, modes) if builder is not None else _text("text form")
+    return _with_placeholder(codec, modes)
+
+
+def cast_text(values: pa.Array, codec: Codec, *, column: str, table: str) -> pa.Array:
+    """Convert PostgreSQL text output (a string array, nulls allowed) with ``codec``."""
     try:
-        return _convert(values, pg_type, target)
-    except (pa.ArrowInvalid, ValueError) as exc:
-        bad = _first_unconvertible(values, target, pg_type)
+        return codec.convert(values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, ArithmeticError) as exc:
+        bad = _first_unconvertible(values, codec)
         raise ValueConversionError(
-            f"column {column!r} of {table}: value {bad!r} of type {pg_type.name or pg_type.oid} "
-            f"cannot be represented as {target} ({exc}). Special values such as NaN, infinity, "
-            "BC dates and years beyond 9999 are handled by the full type matrix; until then "
-            "exclude the column or cast it to text in a view."
-        ) from exc
+            f"column {column!r} of {table}: value {bad!r} cannot be captured as {codec.description} "
+            f"({exc}). {_hint(codec)}"
+        ) from None
 
 
-def _convert(values: pa.Array, pg_type: PgType, target: pa.DataType) -> pa.Array:
-    if pa.types.is_string(target):
-        return values
-    if pg_type.oid == BOOL:
-        return pc.equal(values, "t")
-    if pg_type.oid == BYTEA:
-        return _bytea_from_hex(values)
-    return pc.cast(values, target)
+def _hint(codec: Codec) -> str:
+    if pa.types.is_decimal(codec.arrow_type):
+        return "Use decimal_handling_mode='string' (exact text) or 'double' to capture NaN."
+    if pa.types.is_list(codec.arrow_type):
+        return "Only one-dimensional arrays map to lists; cast the column to text in a view otherwise."
+    return "Cast the column to text in a view, or exclude it from the capture."
 
 
-def _bytea_from_hex(values: pa.Array) -> pa.Array:
-    # bytea_output=hex is forced per session, so every value is '\x' + hex digits.
-    decoded = [None if v is None else bytes.fromhex(v[2:]) for v in values.to_pylist()]
-    return pa.array(decoded, type=pa.binary())
-
-
-def _first_unconvertible(values: pa.Array, target: pa.DataType, pg_type: PgType) -> str | None:
+def _first_unconvertible(values: pa.Array, codec: Codec) -> str | None:
     for value in values.to_pylist():
         if value is None:
             continue
         try:
-            _convert(pa.array([value], pa.string()), pg_type, target)
-        except (pa.ArrowInvalid, ValueError):
+            codec.convert(pa.array([value], pa.string()))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, ArithmeticError):
             return value
     return None
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _text(description: str) -> Codec:
+    return Codec(pa.string(), description, lambda values: values)
+
+
+def _map_values(values: pa.Array, function: Callable[[str], object], arrow_type: pa.DataType) -> pa.Array:
+    """Per-value Python conversion (for types Arrow has no kernel for)."""
+    return pa.array([None if v is None else function(v) for v in values.to_pylist()], type=arrow_type)
+
+
+def _with_specials(
+    values: pa.Array,
+    fast: Callable[[pa.Array], pa.Array],
+    is_special: Callable[[pa.Array], pa.Array],
+    slow: Callable[[str], object],
+    arrow_type: pa.DataType,
+) -> pa.Array:
+    """Vectorised conversion, with a per-value fallback only for the rows ``is_special`` marks."""
+    special = is_special(values)
+    if not pc.any(special).as_py():
+        return fast(values)
+    normal = pc.if_else(special, pa.scalar(None, pa.string()), values)
+    converted = fast(normal)
+    slow_values = pa.array(
+        [slow(v) if s else None for v, s in zip(values.to_pylist(), special.to_pylist())], type=arrow_type
+    )
+    return pc.if_else(special, slow_values, converted)
+
+
+def _floor_divide(values: pa.Array, divisor: int) -> pa.Array:
+    """Integer division rounding towards negative infinity (Java's floorDiv), for instants."""
+    quotient = pc.divide(values, divisor)  # truncates towards zero for integers
+    inexact_negative = pc.and_(pc.less(values, 0), pc.not_equal(pc.multiply(quotient, divisor), values))
+    return pc.subtract(quotient, pc.cast(inexact_negative, values.type))
+
+
+def _temporal_special(values: pa.Array) -> pa.Array:
+    """BC dates, years beyond 9999 and ±infinity: outside what Arrow's ISO parser accepts."""
+    return pc.fill_null(
+        pc.or_(
+            pc.or_(pc.ends_with(values, " BC"), pc.match_substring(values, "infinity")),
+            pc.match_substring_regex(values, r"^\d{5,}-"),
+        ),
+        False,
+    )
+
+
+# -- numbers -------------------------------------------------------------------------------------
+
+
+def _cast(arrow_type: pa.DataType, description: str) -> Codec:
+    return Codec(arrow_type, description, lambda values: pc.cast(values, arrow_type))
+
+
+def _bool(pg_type: PgType, modes: ValueModes) -> Codec:
+    return Codec(pa.bool_(), "boolean", lambda values: pc.equal(values, "t"))
+
+
+def _numeric(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.decimal == "double":
+        return _cast(pa.float64(), "double (decimal_handling_mode=double)")
+    if modes.decimal == "string":
+        return _text("exact decimal text (decimal_handling_mode=string)")
+    precision_scale = pg_type.numeric_precision_scale()
+    if precision_scale is None:
+        return _text("exact decimal text (unconstrained numeric has no fixed scale)")
+    precision, scale = precision_scale
+    if not 0 <= scale <= precision <= MAX_DECIMAL_PRECISION:
+        return _text(f"exact decimal text (numeric({precision},{scale}) exceeds decimal(38))")
+    arrow_type = pa.decimal128(precision, scale)
+    return Codec(arrow_type, f"decimal({precision},{scale})", lambda values: pc.cast(values, arrow_type))
+
+
+def _money(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.decimal == "double":
+        return Codec(
+            pa.float64(), "double", lambda v: _map_values(v, lambda t: float(pgv.parse_money(t)), pa.float64())
+        )
+    if modes.decimal == "string":
+        return Codec(
+            pa.string(), "decimal text", lambda v: _map_values(v, lambda t: str(pgv.parse_money(t)), pa.string())
+        )
+    arrow_type = pa.decimal128(MONEY_PRECISION, 2)
+    return Codec(arrow_type, "decimal(19,2)", lambda v: _map_values(v, pgv.parse_money, arrow_type))
+
+
+def _bit(pg_type: PgType, modes: ValueModes) -> Codec:
+    if pg_type.oid == BIT and pg_type.modifier == 1:
+        return Codec(pa.bool_(), "boolean (bit(1))", lambda values: pc.equal(values, "1"))
+    return _text("string of 0 and 1")
+
+
+# -- binary --------------------------------------------------------------------------------------
+
+
+def _bytea_bytes(values: pa.Array) -> list[bytes | None]:
+    # bytea_output=hex is forced per session, so every value is '\x' + hex digits.
+    return [None if v is None else bytes.fromhex(v[2:]) for v in values.to_pylist()]
+
+
+def _bytea(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.binary == "base64":
+        return Codec(
+            pa.string(),
+            "base64 string",
+            lambda v: pa.array(
+                [None if b is None else base64.b64encode(b).decode() for b in _bytea_bytes(v)], pa.string()
+            ),
+        )
+    if modes.binary == "hex":
+        return Codec(pa.string(), "hex string", lambda v: pc.utf8_slice_codeunits(v, 2))
+    return Codec(pa.binary(), "binary", lambda v: pa.array(_bytea_bytes(v), pa.binary()))
+
+
+# -- time ----------------------------------------------------------------------------------------
+
+
+def _epoch_days(values: pa.Array, infinity: dict[str, int]) -> pa.Array:
+    """Days since the epoch (int32), with ±infinity mapped through ``infinity``."""
+
+    def slow(text: str) -> int:
+        parsed = pgv.parse_date(text)
+        return infinity[parsed] if isinstance(parsed, str) else parsed
+
+    return _with_specials(
+        values, lambda x: pc.cast(pc.cast(x, pa.date32()), pa.int32()), _temporal_special, slow, pa.int32()
+    )
+
+
+def _epoch_micros(values: pa.Array, zoned: bool, infinity: dict[str, int]) -> pa.Array:
+    """Microseconds since the epoch (int64, UTC for timestamptz), ±infinity through ``infinity``."""
+
+    def slow(text: str) -> int:
+        parsed = pgv.parse_timestamp(text)
+        return infinity[parsed] if isinstance(parsed, str) else parsed
+
+    def fast(text: pa.Array) -> pa.Array:
+        return pc.cast(pc.cast(text, pa.timestamp("us", tz="UTC" if zoned else None)), pa.int64())
+
+    return _with_specials(values, fast, _temporal_special, slow, pa.int64())
+
+
+def _date(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.time_precision in ("adaptive", "adaptive_time_microseconds"):
+        limits = {pgv.INFINITY: 2**31 - 1, pgv.NEG_INFINITY: -(2**31)}
+        return Codec(pa.int32(), "int32 days since epoch (io.debezium.time.Date)", lambda v: _epoch_days(v, limits))
+    limits = {pgv.INFINITY: SPARK_MAX_DAYS, pgv.NEG_INFINITY: SPARK_MIN_DAYS}
+    return Codec(pa.date32(), "date", lambda v: _epoch_days(v, limits).cast(pa.date32()))
+
+
+def _timestamp(pg_type: PgType, modes: ValueModes) -> Codec:
+    zoned = pg_type.oid == TIMESTAMPTZ
+    mode = modes.time_precision
+    if zoned and mode != "spark":
+        return Codec(
+            pa.string(),
+            "ISO-8601 UTC string (io.debezium.time.ZonedTimestamp)",
+            lambda v: _map_values(v, _zoned_timestamp_text, pa.string()),
+        )
+    if mode in ("spark", "connect"):
+        # Spark-native types; ±infinity become the ends of Spark's timestamp range.
+        unit = "ms" if mode == "connect" else "us"
+        arrow_type = pa.timestamp(unit, tz="UTC" if zoned else None)
+        limits = {pgv.INFINITY: SPARK_MAX_MICROS, pgv.NEG_INFINITY: SPARK_MIN_MICROS}
+
+        def convert(values: pa.Array) -> pa.Array:
+            micros = _epoch_micros(values, zoned, limits)
+            return (_floor_divide(micros, 1000) if unit == "ms" else micros).cast(arrow_type)
+
+        return Codec(arrow_type, f"timestamp[{unit}{', UTC' if zoned else ''}]", convert)
+    divisor = 1000 if pg_type.precision() <= 3 else 1
+    limits = {pgv.INFINITY: POS_INFINITY_MICROS, pgv.NEG_INFINITY: NEG_INFINITY_MICROS}
+
+    def convert_numeric(values: pa.Array) -> pa.Array:
+        micros = _epoch_micros(values, zoned, limits)
+        return _floor_divide(micros, divisor) if divisor > 1 else micros
+
+    name = "io.debezium.time.Timestamp (ms)" if divisor > 1 else "io.debezium.time.MicroTimestamp (µs)"
+    return Codec(pa.int64(), f"int64 {name}", convert_numeric)
+
+
+def _zoned_timestamp_text(text: str) -> str:
+    parsed = pgv.parse_timestamp(text)
+    return parsed if isinstance(parsed, str) else pgv.format_zoned_timestamp(parsed)
+
+
+def _time(pg_type: PgType, modes: ValueModes) -> Codec:
+    mode = modes.time_precision
+    if mode == "connect" or (mode == "adaptive" and pg_type.precision() <= 3):
+        return Codec(
+            pa.int32(),
+            "int32 ms since midnight (io.debezium.time.Time)",
+            lambda v: _map_values(v, lambda t: pgv.parse_time(t) // 1000, pa.int32()),
+        )
+    return Codec(
+        pa.int64(),
+        "int64 µs since midnight (io.debezium.time.MicroTime)",
+        lambda v: _map_values(v, pgv.parse_time, pa.int64()),
+    )
+
+
+def _timetz(pg_type: PgType, modes: ValueModes) -> Codec:
+    return Codec(
+        pa.string(),
+        "ISO-8601 UTC time string (io.debezium.time.ZonedTime)",
+        lambda v: _map_values(v, lambda t: pgv.format_zoned_time(*pgv.parse_timetz(t)), pa.string()),
+    )
+
+
+def _interval(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.interval == "string":
+        return _text("ISO-8601 duration string (io.debezium.time.Interval)")
+    return Codec(
+        pa.int64(),
+        "int64 µs, 365.25/12-day months (io.debezium.time.MicroDuration)",
+        lambda v: _map_values(v, pgv.interval_micros, pa.int64()),
+    )
+
+
+# -- structured ----------------------------------------------------------------------------------
+
+POINT_TYPE = pa.struct([pa.field("x", pa.float64()), pa.field("y", pa.float64())])
+HSTORE_MAP_TYPE = pa.map_(pa.string(), pa.string())
+
+
+def _point(pg_type: PgType, modes: ValueModes) -> Codec:
+    def convert(values: pa.Array) -> pa.Array:
+        return pa.array(
+            [None if v is None else dict(zip(("x", "y"), pgv.parse_point(v))) for v in values.to_pylist()],
+            type=POINT_TYPE,
+        )
+
+    return Codec(POINT_TYPE, "struct<x double, y double> (io.debezium.data.geometry.Point)", convert)
+
+
+def _hstore(pg_type: PgType, modes: ValueModes) -> Codec:
+    if modes.hstore == "map":
+        return Codec(HSTORE_MAP_TYPE, "map<string,string>", lambda v: _map_values(v, pgv.parse_hstore, HSTORE_MAP_TYPE))
+    return Codec(
+        pa.string(),
+        "JSON object string (io.debezium.data.Json)",
+        lambda v: _map_values(v, lambda t: json.dumps(dict(pgv.parse_hstore(t)), ensure_ascii=False), pa.string()),
+    )
+
+
+def _array_codec(pg_type: PgType, modes: ValueModes) -> Codec:
+    assert pg_type.element is not None
+    element = codec_for(pg_type.element, modes)
+    list_type = pa.list_(element.arrow_type)
+
+    def convert(values: pa.Array) -> pa.Array:
+        offsets, items = [0], []
+        validity = []
+        for text in values.to_pylist():
+            if text is None:
+                validity.append(False)
+            else:
+                validity.append(True)
+                items.extend(pgv.parse_array(text))
+            offsets.append(len(items))
+        converted = element.convert(pa.array(items, pa.string()))
+        mask = pa.array([not v for v in validity])
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), converted, type=list_type, mask=mask)
+
+    return Codec(list_type, f"list<{element.description}>", convert)
+
+
+def _with_placeholder(codec: Codec, modes: ValueModes) -> Codec:
+    placeholder = modes.unavailable_value_placeholder
+    arrow_type = codec.arrow_type
+    if pa.types.is_string(arrow_type):
+        value: object = placeholder
+    elif pa.types.is_binary(arrow_type):
+        value = bytes.fromhex(placeholder[4:]) if placeholder.startswith("hex:") else placeholder.encode()
+    elif pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):
+        value = [placeholder]
+    else:
+        value = None  # no room for a marker: null, and the column is listed as unchanged
+    return replace(codec, placeholder=value)
+
+
+_BY_OID: dict[int, Callable[[PgType, ValueModes], Codec]] = {
+    BOOL: _bool,
+    INT2: lambda t, m: _cast(pa.int16(), "int16"),
+    INT4: lambda t, m: _cast(pa.int32(), "int32"),
+    INT8: lambda t, m: _cast(pa.int64(), "int64"),
+    OID: lambda t, m: _cast(pa.int64(), "int64"),
+    FLOAT4: lambda t, m: _cast(pa.float32(), "float32"),
+    FLOAT8: lambda t, m: _cast(pa.float64(), "float64"),
+    NUMERIC: _numeric,
+    MONEY: _money,
+    BIT: _bit,
+    VARBIT: _bit,
+    BYTEA: _bytea,
+    DATE: _date,
+    TIMESTAMP: _timestamp,
+    TIMESTAMPTZ: _timestamp,
+    TIME: _time,
+    TIMETZ: _timetz,
+    INTERVAL: _interval,
+    POINT: _point,
+}
+
+_BY_NAME: dict[str, Callable[[PgType, ValueModes], Codec]] = {
+    "hstore": _hstore,  # an extension type: its OID differs per database
+}
+
+
+# -- catalog -------------------------------------------------------------------------------------
+
+_TYPE_SQL = """
+SELECT t.oid::int8, t.typname::text, t.typtype::text, t.typcategory::text, t.typelem::int8,
+       t.typbasetype::int8, t.typtypmod, format_type(t.oid, NULL)
+FROM pg_type t WHERE t.oid = ANY(%s::oid[])
+"""
+
+
+def resolve_types(conn, columns: list[tuple[int, int]]) -> dict[tuple[int, int], PgType]:
+    """Resolve (type OID, modifier) pairs to :class:`PgType` trees (domains, arrays)."""
+    rows: dict[int, tuple] = {}
+    pending = {oid for oid, _ in columns}
+    while pending:
+        fetched = conn.execute(_TYPE_SQL, (sorted(pending),)).fetchall()
+        for row in fetched:
+            rows[row[0]] = row
+        pending = {oid for row in fetched for oid in (row[4], row[5]) if oid and oid not in rows}
+
+    def build(oid: int, modifier: int) -> PgType:
+        row = rows.get(oid)
+        if row is None:
+            return PgType(oid, modifier)
+        _, typname, typtype, category, elem, basetype, typtypmod, formatted = row
+        return PgType(
+            oid=oid,
+            modifier=modifier,
+            name=formatted,
+            type_name=typname,
+            kind=typtype,
+            category=category,
+            element=build(elem, -1) if category == "A" and elem else None,
+            base=build(basetype, typtypmod) if typtype == "d" and basetype else None,
+        )
+
+    return {(oid, modifier): build(oid, modifier) for oid, modifier in columns}
+
+
+class TypeCache:
+    """Resolved column types by (OID, modifier); unknown ones are fetched from the catalog.
+
+    Relation messages name types by OID only; a column added mid-window may use a type not seen
+    when the window started, so the stream keeps a catalog connection to resolve it.
+    """
+
+    def __init__(self, conn=None, known: dict[tuple[int, int], PgType] | None = None):
+        self._conn = conn
+        self._known = dict(known or {})
+
+    def get(self, oid: int, modifier: int) -> PgType:
+        key = (oid, modifier)
+        if key not in self._known:
+            if self._conn is None:
+                self._known[key] = PgType(oid, modifier)
+            else:
+                self._known.update(resolve_types(self._conn, [key]))
+        return self._known[key]
+
+
+__all__ = [
+    "SESSION_SETTINGS",
+    "Codec",
+    "PgType",
+    "TypeCache",
+    "ValueConversionError",
+    "ValueModes",
+    "cast_text",
+    "codec_for",
+    "resolve_types",
+]
