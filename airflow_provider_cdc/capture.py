@@ -13,12 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.sources.postgres.admin import PUBLICATION_MODES
+from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity
 from airflow_provider_cdc.cdc.sources.postgres.planning import validate_snapshot_mode
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.cdc.sources.postgres.types import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions
 from airflow_provider_cdc.offsets.base import OffsetStore
 
@@ -48,6 +51,19 @@ class PostgresCapture:
     snapshot_partition_bytes: int = 128 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
+    # Value representation (Debezium's handling modes; "spark" time types by default).
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "spark"
+    binary_handling_mode: str = "bytes"
+    hstore_handling_mode: str = "json"
+    interval_handling_mode: str = "numeric"
+    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
+    # Column selection and masking (Debezium's column.* options).
+    column_include_list: Sequence[str] = ()
+    column_exclude_list: Sequence[str] = ()
+    column_masks: Mapping[str, str] = field(default_factory=dict)
+    message_prefix_include_list: Sequence[str] = ()
+    message_prefix_exclude_list: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         validate_topic_prefix(self.topic_prefix)
@@ -81,6 +97,7 @@ class PostgresCapture:
                 "(or an OffsetStore instance)"
             )
         self.capture_options()  # validates the tuning knobs
+        self.event_settings()  # validates modes, patterns and masking rules
 
     @property
     def table_refs(self) -> tuple[TableRef, ...]:
@@ -114,6 +131,27 @@ class PostgresCapture:
             snapshot_partition_bytes=self.snapshot_partition_bytes,
             snapshot_max_partitions=self.snapshot_max_partitions,
             idle_timeout_seconds=self.idle_timeout_seconds,
+        )
+
+    def event_settings(self) -> EventSettings:
+        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
+            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
+        return EventSettings(
+            modes=ValueModes(
+                decimal=self.decimal_handling_mode,
+                time_precision=self.time_precision_mode,
+                binary=self.binary_handling_mode,
+                hstore=self.hstore_handling_mode,
+                interval=self.interval_handling_mode,
+                unavailable_value_placeholder=self.unavailable_value_placeholder,
+            ),
+            columns=ColumnRules.from_options(
+                include=tuple(self.column_include_list),
+                exclude=tuple(self.column_exclude_list),
+                debezium_properties=self.column_masks,
+            ),
+            message_prefix_include=tuple(self.message_prefix_include_list),
+            message_prefix_exclude=tuple(self.message_prefix_exclude_list),
         )
 
     def spark_options(self) -> SparkOptions:

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
@@ -38,28 +39,48 @@ def run_submitted(
     conf: dict[str, str],
     application: str | None = None,
 ) -> CommitEntry:
+    secrets = {spec.connection.password_env: spec.connection.password} if spec.connection.password is not None else {}
+    result = submit(
+        spec.to_json(),
+        name=f"cdc-{spec.topic_prefix}-{spec.window.window_id}",
+        secrets=secrets,
+        spark_conn_id=spark_conn_id,
+        conf=conf,
+        application=application,
+    )
+    return CommitEntry.from_dict(result)
+
+
+def submit(
+    spec_json: str,
+    *,
+    name: str,
+    secrets: dict[str, str],
+    spark_conn_id: str,
+    conf: dict[str, str],
+    application: str | None = None,
+) -> Any:
+    """Run ``spark_jobs/cdc_job.py`` on a spec through ``SparkSubmitHook``; return its result."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from airflow_provider_cdc.version_compat import BaseHook
 
     # SparkSubmitHook silently falls back to master 'yarn' when the connection is missing.
     master = (BaseHook.get_connection(spark_conn_id).host or "").strip()
-    env = {}
+    env = dict(secrets)
     if master.startswith("local"):
         # A local master runs Python workers on this machine: use this interpreter (the one with
         # the package installed). Cluster masters use spark.pyspark.python / the cluster's setup.
         env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-    if spec.connection.password is not None:
-        env[spec.connection.password_env] = spec.connection.password
     with tempfile.TemporaryDirectory(prefix="cdc-job-") as workdir:
         spec_path = Path(workdir) / "spec.json"
         result_path = Path(workdir) / "result.json"
         fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(spec.to_json())
+            fh.write(spec_json)
         hook = SparkSubmitHook(
             conn_id=spark_conn_id,
-            name=f"cdc-{spec.topic_prefix}-{spec.window.window_id}",
+            name=name,
             application_args=["--spec", str(spec_path), "--result", str(result_path)],
             env_vars=env,
             conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **conf},
@@ -68,10 +89,10 @@ def run_submitted(
         hook.submit(application=application or DEFAULT_APPLICATION)
         if not result_path.exists():
             raise CdcError(
-                "the submitted capture job finished without reporting its commit (cluster deploy mode "
+                "the submitted capture job finished without reporting its result (cluster deploy mode "
                 "cannot write the result file back; use client mode)"
             )
-        return CommitEntry.from_dict(json.loads(result_path.read_text(encoding="utf-8")))
+        return json.loads(result_path.read_text(encoding="utf-8"))
 
 
 def spark_submit_binary() -> str:

@@ -59,6 +59,7 @@ def _run_airflow(cluster, shop) -> int:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW_CONN_SHOP_DB": cluster.airflow_uri("shop"),
             "CDC_EXAMPLE_SINK_PATH": str(lake),
+            "CDC_EXAMPLE_STATE_PATH": str(WORK / "state"),
         }
     )
     import pendulum
@@ -96,14 +97,14 @@ def _run_airflow(cluster, shop) -> int:
                 ).first()
                 states[ti.task_id] = (ti.state, XComModel.deserialize_value(row) if row is not None else None)
         print(f"   run {run.run_id}: {run.state} in {time.monotonic() - started:.1f}s")
-        for task_id in ("setup", "snapshot", "capture_window"):
+        for task_id in ("setup", "snapshot", "capture_window", "current_state"):
             print(f"     {task_id:15} {states.get(task_id, ('?', None))[0]}")
         if run.state != "success":
             print("\nthe DAG run failed; see the task logs above", file=sys.stderr)
             return 1
         runs.append((logical_date, states))
     _report(lake, runs)
-    return 0
+    return _compare_state(cluster, runs)
 
 
 def _report(lake: Path, runs) -> None:
@@ -144,6 +145,31 @@ def _report(lake: Path, runs) -> None:
     print(f"\n   files: {lake}")
     for path in sorted(p for p in lake.iterdir()):
         print(f"     {path.name}/")
+
+
+def _compare_state(cluster, runs) -> int:
+    """The current-state tables after the last run, against the source tables."""
+    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.state import read_state
+
+    spark = get_or_create_session()
+    print(f"\n   current-state tables (rebuilt from the events) vs the source: {WORK / 'state'}")
+    mismatches = 0
+    with cluster.connect("shop") as conn:
+        for table in ("customers", "orders", "order_items"):
+            state = read_state(
+                spark,
+                state_path=str(WORK / "state"),
+                topic_prefix="shop",
+                topic=Topic.for_table("shop", "public", table),
+            )
+            source = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            built = state.count()
+            mismatches += built != source
+            verdict = "ok" if built == source else "DIFFERENT"
+            print(f"     {table:12} state {built:5} rows, source {source:5} rows {verdict}")
+    return 1 if mismatches else 0
 
 
 def _stop_previous_cluster() -> None:

@@ -124,3 +124,57 @@ class PostgresJobSpec:
             spark=SparkOptions.from_dict(data.get("spark") or {}),
             events=EventSettings.from_dict(data.get("events") or {}),
         )
+
+
+@dataclass(frozen=True)
+class StateJobSpec:
+    """A current-state job: fold committed windows of some topics into state tables."""
+
+    topic_prefix: str
+    sink_path: str
+    state_path: str
+    topics: tuple[tuple[str, str], ...]  # (topic name, directory)
+    as_of_seq: int | None = None
+    spark: SparkOptions = field(default_factory=SparkOptions)
+
+    job = "current_state"
+
+    def __post_init__(self) -> None:
+        validate_topic_prefix(self.topic_prefix)
+        if not self.topics:
+            raise CdcConfigurationError("no tables to build state for")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": SPEC_FORMAT,
+                "job": self.job,
+                "topic_prefix": self.topic_prefix,
+                "sink_path": self.sink_path,
+                "state_path": self.state_path,
+                "topics": [list(t) for t in self.topics],
+                "as_of_seq": self.as_of_seq,
+                "spark": self.spark.to_dict(),
+            },
+            sort_keys=True,
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> StateJobSpec:
+        data = json.loads(text)
+        if data.get("job") != cls.job:
+            raise CdcConfigurationError(f"not a current-state job spec: job={data.get('job')!r}")
+        return cls(
+            topic_prefix=data["topic_prefix"],
+            sink_path=data["sink_path"],
+            state_path=data["state_path"],
+            topics=tuple((t[0], t[1]) for t in data["topics"]),
+            as_of_seq=data.get("as_of_seq"),
+            spark=SparkOptions.from_dict(data.get("spark") or {}),
+        )
+
+
+def job_kind(text: str) -> str:
+    """Which job a spec file describes: ``"window"`` or ``"current_state"``."""
+    return json.loads(text).get("job", "window")

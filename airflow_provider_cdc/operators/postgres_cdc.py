@@ -17,10 +17,12 @@ from typing import Any
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
@@ -132,6 +134,7 @@ class _WindowOperator(_CaptureOperator):
             previous_commit_lsn=offset.lsn_commit if offset else None,
             options=capture.capture_options(),
             spark=capture.spark_options(),
+            events=capture.event_settings(),
         )
 
     def _run_job(self, spec: PostgresJobSpec) -> CommitEntry:
@@ -290,6 +293,78 @@ class PostgresCdcBatchOperator(_WindowOperator):
         return summary
 
 
+class PostgresCdcCurrentStateOperator(_CaptureOperator):
+    """Maintain current-state tables of captured tables from the committed change windows.
+
+    Each run folds the windows committed since the last run into the state (deletes remove rows,
+    key changes move them, truncates clear the table, unchanged TOAST values are kept); running
+    it again without new windows changes nothing. With ``as_of_window`` it rebuilds the state at
+    that committed window instead (for backfills), leaving the current version where it is.
+
+    :param capture: the capture
+    :param state_path: base directory (or Hadoop URI) of the state tables
+    :param tables: subset of the capture's tables (default: all)
+    :param as_of_window: a committed window id (e.g. ``"0000000042"``); templated
+    """
+
+    template_fields: Sequence[str] = ("state_path", "as_of_window")
+
+    def __init__(
+        self,
+        *,
+        capture: PostgresCapture,
+        state_path: str,
+        tables: Sequence[str] | None = None,
+        as_of_window: str | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(capture=capture, **kwargs)
+        self.state_path = state_path
+        refs = capture.table_refs if tables is None else tuple(TableRef.coerce(t) for t in tables)
+        unknown = [str(r) for r in refs if r not in capture.table_refs]
+        if unknown:
+            raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
+        self.tables = refs
+        self.as_of_window = as_of_window
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from airflow_provider_cdc import spark_runner
+        from airflow_provider_cdc.cdc.spec import StateJobSpec
+
+        capture = self.capture
+        as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
+        spec = StateJobSpec(
+            topic_prefix=capture.topic_prefix,
+            sink_path=capture.sink_path,
+            state_path=self.state_path,
+            topics=tuple(
+                (topic.name, topic.directory)
+                for topic in (Topic.for_table(capture.topic_prefix, r.schema, r.name) for r in self.tables)
+            ),
+            as_of_seq=as_of,
+            spark=capture.spark_options(),
+        )
+        with fail_fast_on_terminal_errors():
+            if capture.spark_conn_id is None:
+                from airflow_provider_cdc.cdc.state import run_state_job
+
+                results = run_state_job(spec)
+            else:
+                results = spark_runner.submit(
+                    spec.to_json(),
+                    name=f"cdc-state-{capture.topic_prefix}",
+                    secrets={},
+                    spark_conn_id=capture.spark_conn_id,
+                    conf=dict(capture.spark_conf),
+                    application=capture.spark_application,
+                )
+        for result in results:
+            self.log.info(
+                "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
+            )
+        return results
+
+
 def _summary(
     entry: CommitEntry, capture: PostgresCapture, *, confirmed_lsn: Lsn | None, slot: admin.SlotStatus | None
 ) -> dict[str, Any]:
@@ -315,6 +390,7 @@ def _now_ms() -> int:
 
 __all__ = [
     "PostgresCdcBatchOperator",
+    "PostgresCdcCurrentStateOperator",
     "PostgresCdcSetupOperator",
     "PostgresCdcSnapshotOperator",
     "fail_fast_on_terminal_errors",

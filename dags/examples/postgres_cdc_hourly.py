@@ -1,11 +1,13 @@
-"""Hourly change capture of a shop database: setup → snapshot → window.
+"""Hourly change capture of a shop database: setup → snapshot → window → current state.
 
 Each run captures one finite window of committed changes into Debezium-shaped Parquet
 datasets (one per table, plus ``shop.transaction``) and acknowledges the slot afterwards.
-The snapshot task runs once (``snapshot_mode="initial"``) and is skipped afterwards.
+The snapshot task runs once (``snapshot_mode="initial"``) and is skipped afterwards. The last
+task folds the new window into current-state tables (one row per key, like the source).
 
 Configuration comes from the ``shop_db`` Airflow connection (type postgres) and the
-``CDC_EXAMPLE_SINK_PATH`` environment variable; the demo (scripts/demo.sh) sets both.
+``CDC_EXAMPLE_SINK_PATH`` / ``CDC_EXAMPLE_STATE_PATH`` environment variables; the demo
+(scripts/demo.sh) sets them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from airflow.sdk import DAG
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcBatchOperator,
+    PostgresCdcCurrentStateOperator,
     PostgresCdcSetupOperator,
     PostgresCdcSnapshotOperator,
 )
@@ -43,4 +46,9 @@ with DAG(
     setup = PostgresCdcSetupOperator(task_id="setup", capture=capture)
     snapshot = PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
     window = PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
-    setup >> snapshot >> window
+    state = PostgresCdcCurrentStateOperator(
+        task_id="current_state",
+        capture=capture,
+        state_path=os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state"),
+    )
+    setup >> snapshot >> window >> state

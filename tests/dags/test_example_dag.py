@@ -7,10 +7,12 @@ import importlib.util
 import pytest
 
 from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.state import read_state
 from airflow_provider_cdc.testing import shop
 from tests.conftest import ROOT
 from tests.support import airflow as af
-from tests.support.oracle import assert_same_state, events_of, replay, source_rows
+from tests.support.oracle import assert_same_state, events_of, replay, source_rows, spark_rows
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -34,6 +36,7 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
         shop.seed(conn)
     monkeypatch.setenv("AIRFLOW_CONN_SHOP_DB", db.cluster.airflow_uri(db.name))
     monkeypatch.setenv("CDC_EXAMPLE_SINK_PATH", str(tmp_path))
+    monkeypatch.setenv("CDC_EXAMPLE_STATE_PATH", str(tmp_path / "state"))
     Variable.delete("cdc_offset__shop")
     dag, capture = load_example_dag()
     errors: dict = {}
@@ -50,7 +53,17 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     assert [w["from_lsn"] for w in windows[1:]] == [w["to_lsn"] for w in windows[:-1]]
     status = db.slot_status(capture.resolved_slot_name)
     assert status.confirmed_flush_lsn == Lsn(windows[-1]["to_lsn"])
+    assert [r.tasks["current_state"] for r in results] == ["success"] * 3
     with db.connect() as conn:
         for table, keys in KEYS.items():
-            assert_same_state(replay(events_of(tmp_path, "shop", table), keys), source_rows(conn, table, keys))
+            source = source_rows(conn, table, keys)
+            assert_same_state(replay(events_of(tmp_path, "shop", table), keys), source)
+            schema, name = table.split(".")
+            state = read_state(
+                spark,
+                state_path=str(tmp_path / "state"),
+                topic_prefix="shop",
+                topic=Topic.for_table("shop", schema, name),
+            )
+            assert_same_state(spark_rows(state, keys), source)
     Variable.delete("cdc_offset__shop")

@@ -43,19 +43,27 @@ def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, di
     """
     state: dict[tuple, dict] = {}
     snapshot_window = None
+    last_deleted: dict = {}
     for event in ordered(events):
         op, before, after = event["op"], event["before"], event["after"]
+        unchanged = event.get("unchanged_toast_columns") or []
         if op == "r" and event["window_id"] != snapshot_window:
             snapshot_window = event["window_id"]
             state.clear()
-        if op in ("r", "c"):
-            state[_key(after, key_columns)] = after
-        elif op == "u":
-            if before is not None and _key(before, key_columns) != _key(after, key_columns):
-                state.pop(_key(before, key_columns), None)
-            state[_key(after, key_columns)] = after
+        if op in ("r", "c", "u"):
+            key = _key(after, key_columns)
+            # Unchanged TOAST values keep the previous value: of this key, or of the old key
+            # for a row that moved to a new key (Debezium's delete + create pair).
+            previous = state.get(key)
+            if op == "c" and event.get("__debezium_oldkey"):
+                previous = last_deleted.get(tuple(event["__debezium_oldkey"][k] for k in key_columns))
+            row = dict(after)
+            for column in unchanged:
+                row[column] = previous[column] if previous else None
+            state[key] = row
         elif op == "d":
-            state.pop(_key(before, key_columns), None)
+            key = _key(before, key_columns)
+            last_deleted[key] = state.pop(key, None)
         elif op == "t":
             state.clear()
         else:
@@ -104,3 +112,8 @@ def normalise(value: Any) -> Any:
 
 def _key(row: dict, key_columns: Sequence[str]) -> tuple:
     return tuple(row[k] for k in key_columns)
+
+
+def spark_rows(frame, key_columns: Sequence[str]) -> dict[tuple, dict]:
+    """Rows of a Spark DataFrame keyed like :func:`source_rows`, via Arrow (keeps time zones)."""
+    return {_key(r, key_columns): r for r in frame.toArrow().to_pylist()}

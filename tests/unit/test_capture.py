@@ -43,3 +43,34 @@ def test_defaults():
 def test_bad_configuration_is_refused(overrides, message):
     with pytest.raises(CdcConfigurationError, match=message):
         capture(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"decimal_handling_mode": "exact"}, "decimal handling mode 'exact'"),
+        ({"time_precision_mode": "nanoseconds"}, "time_precision handling mode"),
+        ({"binary_handling_mode": "base32"}, "binary handling mode"),
+        ({"column_include_list": ["a"], "column_exclude_list": ["b"]}, "not both"),
+        ({"column_exclude_list": ["public.orders.(unclosed"]}, "not a valid regular expression"),
+        ({"column_masks": {"column.mask.with.x.chars": "a"}}, "unsupported column rule"),
+        ({"column_masks": {"column.mask.hash.NOPE.with.salt.s": "a"}}, "unknown hash algorithm 'NOPE'"),
+        ({"column_exclude_list": "public.orders.secret"}, "take a list of patterns"),
+    ],
+)
+def test_bad_value_and_column_options_are_refused(overrides, message):
+    with pytest.raises(CdcConfigurationError, match=message):
+        capture(**overrides)
+
+
+def test_event_settings_follow_debezium_options():
+    settings = capture(
+        decimal_handling_mode="string",
+        column_exclude_list=["public.orders.secret"],
+        column_masks={"column.mask.with.4.chars": "public.orders.email", "column.truncate.to.3.chars": ".*note"},
+    ).event_settings()
+    assert settings.modes.decimal == "string"
+    assert not settings.columns.keeps("public.orders.secret", is_key=False)
+    assert settings.columns.keeps("public.orders.secret", is_key=True)  # keys are always kept
+    assert settings.columns.mask_for("public.orders.email").length == 4
+    assert settings.columns.mask_for("public.orders.note").kind == "truncate"

@@ -1,7 +1,8 @@
 """Reading committed data back: only windows in the commit log, never half-written attempts.
 
 ``read_topic_arrow`` needs no Spark (local sinks); ``read_topic_spark`` works for any URI.
-Both accept a topic name such as ``shop.public.orders`` or ``shop.transaction``.
+Both accept a topic name such as ``shop.public.orders`` or ``shop.transaction``, and merge
+events written under different table schemas by the rules in :mod:`.schemas`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
+from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas, spark_read_merged
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
 
@@ -36,10 +38,12 @@ def read_topic_arrow(base_path: str, topic_prefix: str, topic: str) -> pa.Table 
     paths = committed_paths(base_path, topic_prefix, topic)
     if not paths:
         return None
-    files = [f for p in paths for f in ds.dataset(p, format="parquet").files]
-    schemas = [ds.dataset(f, format="parquet").schema for f in files]
-    schema = pa.unify_schemas(schemas, promote_options="permissive")
-    return ds.dataset(files, schema=schema, format="parquet").to_table()
+    files = sorted(f for p in paths for f in ds.dataset(p, format="parquet").files)
+    tables = [ds.dataset(f, format="parquet").to_table() for f in files]
+    if not tables:
+        return None
+    schema = merge_schemas([t.schema for t in tables])
+    return pa.concat_tables([conform_table(t, schema) for t in tables])
 
 
 def read_topic_spark(spark: Any, base_path: str, topic_prefix: str, topic: str) -> Any:
@@ -47,4 +51,4 @@ def read_topic_spark(spark: Any, base_path: str, topic_prefix: str, topic: str) 
     paths = committed_paths(base_path, topic_prefix, topic, spark)
     if not paths:
         return None
-    return spark.read.option("mergeSchema", "true").parquet(*paths)
+    return spark_read_merged(spark, paths)

@@ -1,0 +1,387 @@
+"""Current-state tables: each captured table rebuilt from its committed change events.
+
+For one table, events apply in order ``(window, snapshot rows first, commit LSN, total_order)``:
+
+- the last snapshot window or ``TRUNCATE`` resets the table (a snapshot window is a complete
+  image; a truncate empties it), so only what follows counts;
+- per key the last event wins: ``d`` removes the row, ``r``/``c``/``u`` set it; a primary-key
+  change is a ``d`` of the old key and a ``c`` of the new one;
+- columns listed in ``unchanged_toast_columns`` keep the value they had before that event (for a
+  key change, the old key's value);
+- tables without a key (``REPLICA IDENTITY FULL``) are multisets: creates add a row, deletes
+  remove one equal row, updates do both.
+
+State versions are written under ``<state_path>/<topic dir>/version=<window id>-<attempt>/``
+and recorded in ``<state_path>/_state_log/<prefix>/<topic dir>/<n>.json``. Applying windows
+that are already applied changes nothing; ``as_of`` rebuilds the state at any committed window
+without moving the current version. Runs in Spark, so tables larger than memory work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
+from airflow_provider_cdc.cdc.sinks.schemas import merge_schemas, spark_read_merged
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
+
+log = logging.getLogger(__name__)
+
+STATE_LOG_DIR = "_state_log"
+_PASSES = 3  # resolves chains of up to three key changes of one row with unchanged TOAST columns
+
+
+@dataclass(frozen=True)
+class StateVersion:
+    window_seq: int
+    window_id: str
+    path: str  # relative to the state path
+    rows: int
+    rebuilt: bool
+    created_at_ms: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StateResult:
+    topic: str
+    version: StateVersion | None
+    applied_windows: tuple[str, ...]
+    action: str  # "applied", "rebuilt", "unchanged", "empty"
+
+    def to_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "action": self.action,
+            "window_id": self.version.window_id if self.version else None,
+            "rows": self.version.rows if self.version else 0,
+            "path": self.version.path if self.version else None,
+            "applied_windows": list(self.applied_windows),
+        }
+
+
+class StateLog:
+    def __init__(self, storage: Any, topic_prefix: str, topic: Topic):
+        self.storage = storage
+        self.directory = f"{STATE_LOG_DIR}/{topic_prefix}/{topic.directory}"
+
+    def versions(self) -> list[StateVersion]:
+        names = [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+        return [StateVersion(**json.loads(self.storage.read_text(f"{self.directory}/{n}"))) for n in names]
+
+    def current(self) -> StateVersion | None:
+        current = [v for v in self.versions() if not v.rebuilt]
+        return max(current, key=lambda v: v.window_seq) if current else None
+
+    def append(self, version: StateVersion) -> None:
+        names = [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+        seq = (int(names[-1][:-5]) + 1) if names else 1
+        self.storage.publish_text(f"{self.directory}/{seq:020d}.json", json.dumps(version.to_dict()))
+
+
+def apply_windows(
+    spark: Any,
+    *,
+    sink_path: str,
+    topic_prefix: str,
+    topic: Topic,
+    state_path: str,
+    as_of_seq: int | None = None,
+) -> StateResult:
+    """Bring the state table of ``topic`` up to ``as_of_seq`` (default: the last committed window)."""
+    sink = storage_for(sink_path, lambda: spark)
+    state = storage_for(state_path, lambda: spark)
+    entries = CommitLog(sink, topic_prefix).committed()
+    if as_of_seq is not None:
+        if as_of_seq not in {e.window.seq for e in entries}:
+            raise CdcConfigurationError(f"window {as_of_seq} of capture {topic_prefix!r} is not committed")
+        entries = [e for e in entries if e.window.seq <= as_of_seq]
+    if not entries:
+        return StateResult(topic.name, None, (), "empty")
+    state_log = StateLog(state, topic_prefix, topic)
+    current = state_log.current()
+    target = entries[-1].window
+    rebuild = current is not None and target.seq < current.window_seq
+    if current is not None and target.seq == current.window_seq:
+        return StateResult(topic.name, current, (), "unchanged")
+    existing = next((v for v in state_log.versions() if v.window_seq == target.seq), None)
+    if rebuild and existing is not None:
+        return StateResult(topic.name, existing, (), "unchanged")
+    base = None if rebuild or current is None else current
+    pending = [e for e in entries if base is None or e.window.seq > base.window_seq]
+    last_snapshot = max((e.window.seq for e in pending if e.window.kind == "snapshot"), default=None)
+    if last_snapshot is not None:
+        base = None  # a snapshot window is a complete image: earlier state does not matter
+        pending = [e for e in pending if e.window.seq >= last_snapshot]
+    paths = [sink.uri(d.path) for e in pending if (d := e.dataset(topic.name)) is not None and d.events]
+    events = spark_read_merged(spark, paths) if paths else None
+    base_frame = spark.read.parquet(state.uri(base.path)) if base is not None else None
+    folded = fold(spark, events, base_frame)
+    if folded is None:
+        folded = base_frame
+    attempt = uuid.uuid4().hex[:12]
+    rel = f"{topic.directory}/version={target.window_id}-{attempt}"
+    if folded is None:
+        return StateResult(topic.name, None, tuple(e.window_id for e in pending), "empty")
+    folded.write.mode("overwrite").parquet(state.uri(rel))
+    rows = spark.read.parquet(state.uri(rel)).count()
+    version = StateVersion(target.seq, target.window_id, rel, rows, rebuild, int(time.time() * 1000))
+    state_log.append(version)
+    log.info(
+        "state of %s at window %s: %d rows (%s)",
+        topic.name,
+        target.window_id,
+        rows,
+        "rebuilt" if rebuild else "applied",
+    )
+    return StateResult(topic.name, version, tuple(e.window_id for e in pending), "rebuilt" if rebuild else "applied")
+
+
+def read_state(spark: Any, *, state_path: str, topic_prefix: str, topic: Topic, window_seq: int | None = None) -> Any:
+    """The current state table (or the version built at ``window_seq``) as a DataFrame."""
+    state = storage_for(state_path, lambda: spark)
+    state_log = StateLog(state, topic_prefix, topic)
+    versions = state_log.versions()
+    version = (
+        state_log.current()
+        if window_seq is None
+        else max((v for v in versions if v.window_seq == window_seq), key=lambda v: v.created_at_ms, default=None)
+    )
+    if version is None:
+        raise CdcStateError(f"no state of {topic.name} {'yet' if window_seq is None else f'at window {window_seq}'}")
+    return spark.read.parquet(state.uri(version.path))
+
+
+def fold(spark: Any, events: Any, base: Any) -> Any:
+    """Apply ``events`` (a DataFrame in the event schema) to ``base`` (state rows, or None)."""
+    from pyspark.sql import functions as F
+
+    if events is None:
+        return base
+    fields = events.schema.fieldNames()
+    keys = list(events.schema["__debezium_oldkey"].dataType.fieldNames()) if "__debezium_oldkey" in fields else []
+    value_type = events.schema["after"].dataType
+    if base is not None:
+        merged = merge_schemas([_arrow(value_type), _arrow(base.schema)])
+        value_type = _spark(merged)
+    position = _position(
+        F.col("window_id").cast("long"),
+        F.when(F.col("op") == "r", 0).otherwise(1),
+        F.coalesce(F.col("source.commit_lsn"), F.lit(0)),
+        F.coalesce(F.col("transaction.total_order"), F.lit(0)),
+    )
+    events = events.withColumn("_pos", position)
+    reset = events.filter(F.col("op") == "t").agg(F.max("_pos").alias("p")).collect()[0]["p"]
+    if reset is not None:
+        events = events.filter(F.col("_pos") > _position(*(F.lit(v) for v in reset)))
+        base = None
+    events = events.filter(F.col("op") != "t")
+    if not keys:
+        return _fold_multiset(events, base, value_type)
+    return _fold_keyed(events, base, keys, value_type)
+
+
+def _fold_keyed(events: Any, base: Any, keys: list[str], value_type: Any) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = value_type.fieldNames()
+    rows = events.select(
+        F.col("_pos"),
+        F.col("op"),
+        *[F.coalesce(F.col(f"after.`{k}`"), F.col(f"before.`{k}`")).alias(f"_k{i}") for i, k in enumerate(keys)],
+        _conform_struct(F.col("after"), events.schema["after"].dataType, value_type).alias("_v"),
+        F.coalesce(F.col("unchanged_toast_columns"), F.array().cast("array<string>")).alias("_u"),
+        F.col("__debezium_oldkey").alias("_oldkey"),
+    )
+    if base is not None:
+        rows = rows.unionByName(
+            base.select(
+                _position(F.lit(-1), F.lit(0), F.lit(0), F.lit(0)).alias("_pos"),
+                F.lit("r").alias("op"),
+                *[F.col(f"`{k}`").alias(f"_k{i}") for i, k in enumerate(keys)],
+                _conform_struct(F.struct(*[F.col(f"`{c}`") for c in base.columns]), base.schema, value_type).alias(
+                    "_v"
+                ),
+                F.array().cast("array<string>").alias("_u"),
+                F.lit(None).cast(rows.schema["_oldkey"].dataType).alias("_oldkey"),
+            )
+        )
+    key_cols = [f"_k{i}" for i in range(len(keys))]
+    window = Window.partitionBy(*key_cols).orderBy("_pos").rowsBetween(Window.unboundedPreceding, 0)
+
+    def resolve(frame: Any) -> Any:
+        resolved = [
+            F.last(
+                F.when(
+                    (F.col("op") != "d") & ~F.array_contains(F.col("_u"), c),
+                    F.struct(F.lit(True).alias("set"), F.col(f"_v.`{c}`").alias("value")),
+                ),
+                ignorenulls=True,
+            )
+            .over(window)
+            .getField("value")
+            .alias(c)
+            for c in columns
+        ]
+        return frame.select("*", F.struct(*resolved).alias("_r"))
+
+    for _ in range(_PASSES):
+        resolved = resolve(rows)
+        # A create that moved a row to a new key takes unchanged TOAST values from the old key,
+        # as they were when that key was deleted in the same transaction.
+        moved = resolved.filter((F.col("op") == "c") & F.col("_oldkey").isNotNull() & (F.size("_u") > 0))
+        if moved.limit(1).count() == 0:
+            break
+        deleted = resolved.filter(F.col("op") == "d").select(
+            F.col("_pos.seq").alias("_dseq"),
+            F.col("_pos.lsn").alias("_dlsn"),
+            F.col("_pos.order").alias("_dorder"),
+            *[F.col(k).alias(f"_d{k}") for k in key_cols],
+            F.col("_r").alias("_prior"),
+        )
+        condition = (
+            (F.col("_pos.seq") == F.col("_dseq"))
+            & (F.col("_pos.lsn") == F.col("_dlsn"))
+            & (F.col("_pos.order") == F.col("_dorder") + 1)
+        )
+        for i, key in enumerate(keys):
+            condition = condition & (F.col(f"_oldkey.`{key}`") == F.col(f"_d_k{i}"))
+        patched = (
+            rows.join(deleted, condition, "left")
+            .withColumn(
+                "_v",
+                F.when(
+                    F.col("_prior").isNotNull() & (F.col("op") == "c") & F.col("_oldkey").isNotNull(),
+                    F.struct(
+                        *[
+                            F.when(F.array_contains(F.col("_u"), c), F.col(f"_prior.`{c}`"))
+                            .otherwise(F.col(f"_v.`{c}`"))
+                            .alias(c)
+                            for c in columns
+                        ]
+                    ),
+                ).otherwise(F.col("_v")),
+            )
+            .withColumn(
+                "_u",
+                F.when(F.col("_prior").isNotNull(), F.array().cast("array<string>")).otherwise(F.col("_u")),
+            )
+            .select(*rows.columns)
+        )
+        rows = patched
+    resolved = resolve(rows)
+    latest = Window.partitionBy(*key_cols).orderBy(F.col("_pos").desc())
+    final = resolved.withColumn("_n", F.row_number().over(latest)).filter((F.col("_n") == 1) & (F.col("op") != "d"))
+    return final.select(*[F.col(f"_r.`{c}`").alias(c) for c in columns])
+
+
+def _fold_multiset(events: Any, base: Any, value_type: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    columns = value_type.fieldNames()
+    after = _conform_struct(F.col("after"), events.schema["after"].dataType, value_type)
+    before = _conform_struct(F.col("before"), events.schema["before"].dataType, value_type)
+    unchanged = F.coalesce(F.col("unchanged_toast_columns"), F.array().cast("array<string>"))
+    # Under REPLICA IDENTITY FULL the before image is complete: unchanged TOAST values come from it.
+    completed_after = F.struct(
+        *[
+            F.when(F.array_contains(unchanged, c), before.getField(c)).otherwise(after.getField(c)).alias(c)
+            for c in columns
+        ]
+    )
+    signed = events.select(
+        F.explode(
+            F.when(F.col("op").isin("r", "c"), F.array(F.struct(completed_after.alias("row"), F.lit(1).alias("n"))))
+            .when(
+                F.col("op") == "u",
+                F.array(
+                    F.struct(before.alias("row"), F.lit(-1).alias("n")),
+                    F.struct(completed_after.alias("row"), F.lit(1).alias("n")),
+                ),
+            )
+            .otherwise(F.array(F.struct(before.alias("row"), F.lit(-1).alias("n"))))
+        ).alias("_e")
+    ).select("_e.row", "_e.n")
+    if base is not None:
+        signed = signed.unionByName(
+            base.select(
+                _conform_struct(F.struct(*[F.col(f"`{c}`") for c in base.columns]), base.schema, value_type).alias(
+                    "row"
+                ),
+                F.lit(1).alias("n"),
+            )
+        )
+    counted = signed.groupBy("row").agg(F.sum("n").alias("n")).filter(F.col("n") > 0)
+    return counted.select(F.explode(F.array_repeat(F.col("row"), F.col("n").cast("int"))).alias("_row")).select(
+        *[F.col(f"_row.`{c}`").alias(c) for c in columns]
+    )
+
+
+def _position(seq: Any, phase: Any, lsn: Any, order: Any) -> Any:
+    """The apply order of an event: (window, snapshot rows first, commit LSN, total_order)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        seq.cast("long").alias("seq"),
+        phase.cast("int").alias("phase"),
+        lsn.cast("long").alias("lsn"),
+        order.cast("long").alias("order"),
+    )
+
+
+def _conform_struct(column: Any, source_type: Any, target_type: Any) -> Any:
+    """``column`` (a struct of ``source_type``) as a struct of ``target_type`` (by field name)."""
+    from pyspark.sql import functions as F
+
+    present = set(source_type.fieldNames())
+    return F.when(column.isNull(), F.lit(None).cast(target_type)).otherwise(
+        F.struct(
+            *[
+                (column.getField(f.name).cast(f.dataType) if f.name in present else F.lit(None).cast(f.dataType)).alias(
+                    f.name
+                )
+                for f in target_type.fields
+            ]
+        )
+    )
+
+
+def _arrow(spark_type: Any):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_type, timezone="UTC")
+
+
+def _spark(arrow_schema: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
+
+
+def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
+    """Run a :class:`StateJobSpec`: one state table per topic."""
+    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+    spark = spark_provider() if spark_provider is not None else get_or_create_session(spec.spark)
+    results = []
+    for name, directory in spec.topics:
+        result = apply_windows(
+            spark,
+            sink_path=spec.sink_path,
+            topic_prefix=spec.topic_prefix,
+            topic=Topic(name, directory),
+            state_path=spec.state_path,
+            as_of_seq=spec.as_of_seq,
+        )
+        results.append(result.to_dict())
+    return results
