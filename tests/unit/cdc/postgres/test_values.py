@@ -35,6 +35,23 @@ def test_timestamps_match_python(value):
     assert pgv.parse_timestamp(text + "+05:30") == expected - 19_800_000_000
 
 
+@pytest.mark.parametrize(
+    ("text", "days"),
+    # (date - '1970-01-01') as PostgreSQL 15 computes it
+    [
+        ("0001-01-01 BC", -719528),
+        ("0001-03-01 BC", -719468),
+        ("0002-01-01 BC", -719893),
+        ("0004-03-01 BC", -720564),
+        ("0005-03-01 BC", -720929),
+        ("0001-01-01", -719162),
+    ],
+)
+def test_bc_dates_agree_with_postgres(text, days):
+    assert pgv.parse_date(text) == days
+    assert pgv.civil_from_days(days) == (pgv._year(text[:4], " BC" if text.endswith("BC") else None), int(text[5:7]), 1)
+
+
 def test_postgres_special_dates_and_timestamps():
     assert pgv.parse_date("0001-01-01 BC") == pgv.days_from_civil(0, 1, 1)  # 1 BC is year 0
     assert pgv.parse_date("4713-01-01 BC") == pgv.days_from_civil(-4712, 1, 1)
