@@ -110,7 +110,16 @@ def spark_read_merged(spark: Any, paths: Sequence[str]) -> Any:
     """Read Parquet datasets whose schemas may differ, merged by the rules above."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    frames = [spark.read.parquet(path) for path in paths]
+    # One window directory can hold files of several table versions (an ALTER TABLE inside the
+    # window), and Spark reads a directory with one schema: group the files by their schema.
+    files = [f for path in paths for f in spark.read.parquet(path).inputFiles()]
+    groups: dict[str, list[str]] = {}
+    schemas: dict[str, Any] = {}
+    for file in files:
+        schema = spark.read.parquet(file).schema
+        groups.setdefault(schema.json(), []).append(file)
+        schemas[schema.json()] = schema
+    frames = [spark.read.schema(schemas[key]).parquet(*group) for key, group in groups.items()]
     arrow_schemas = [to_arrow_schema(frame.schema, timezone="UTC") for frame in frames]
     merged = from_arrow_schema(merge_schemas(arrow_schemas), prefer_timestamp_ntz=True)
     result = None

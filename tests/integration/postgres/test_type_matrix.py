@@ -179,7 +179,9 @@ COLUMNS = [
         "iv",
         "interval",
         intervals,
-        "extract(year FROM iv) * 12 + extract(month FROM iv), extract(day FROM iv), (extract(hour FROM iv) * 3600000000 + extract(minute FROM iv) * 60000000 + extract(microseconds FROM iv))::bigint, iv::text",
+        "extract(year FROM iv) * 12 + extract(month FROM iv), extract(day FROM iv), "
+        "(extract(hour FROM iv) * 3600000000 + extract(minute FROM iv) * 60000000"
+        " + extract(microseconds FROM iv))::bigint, iv::text",
     ),
     ("u", "uuid", st.uuids().map(str), "u::text"),
     ("j", "json", json_values.map(json.dumps), "j::text"),
@@ -283,7 +285,8 @@ KEYS = itertools.count(1, 2)  # fresh keys for every example (hypothesis replays
 ROW = st.fixed_dictionaries({name: st.one_of(st.none(), strategy) for name, _, strategy, _ in COLUMNS})
 
 DDL = (
-    "CREATE EXTENSION IF NOT EXISTS hstore; CREATE EXTENSION IF NOT EXISTS ltree; CREATE EXTENSION IF NOT EXISTS citext;"
+    "CREATE EXTENSION IF NOT EXISTS hstore; CREATE EXTENSION IF NOT EXISTS ltree;"
+    "CREATE EXTENSION IF NOT EXISTS citext;"
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE DOMAIN positive_int AS integer CHECK (VALUE > 0);"
     "CREATE TABLE matrix (id bigint PRIMARY KEY, "
     + ", ".join(f"{name} {sql_type}" for name, sql_type, _, _ in COLUMNS)
@@ -344,7 +347,7 @@ def check(name: str, ours, pg, modes: ValueModes, literal) -> None:
         limits = (t.SPARK_MAX_DAYS, t.SPARK_MIN_DAYS) if mode in ("spark", "connect") else (2**31 - 1, -(2**31))
         assert ours == (pg if pg is not None else (limits[0] if literal == "infinity" else limits[1]))
     elif name in ("ts", "ts3", "tstz"):
-        precision_ms = name == "ts3" and mode == "adaptive" or (name == "ts3" and mode == "adaptive_time_microseconds")
+        precision_ms = name == "ts3" and mode in ("adaptive", "adaptive_time_microseconds")
         if pg is None:  # ±infinity
             positive = literal == "infinity"
             if name == "tstz" and mode != "spark":

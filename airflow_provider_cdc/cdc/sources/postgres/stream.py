@@ -22,6 +22,7 @@ from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, Op, trans
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.naming import message_topic, table_topic
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
+    UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
@@ -151,7 +152,9 @@ class WindowCollector:
         elif isinstance(message, Truncate):
             self._truncate(message, frame.wal_start)
         elif isinstance(message, LogicalMessage):
-            if not message.transactional and self._tx is None and message.lsn >= to_lsn:
+            # A non-transactional message's LSN is where its record ends: it belongs to the
+            # window when it starts before the target, i.e. ends at or before it.
+            if not message.transactional and self._tx is None and message.lsn > to_lsn:
                 self.done = True
                 return True
             self._message(message)
@@ -209,6 +212,9 @@ class WindowCollector:
             self._add(buffer, Op.DELETE, message.old, None, lsn)
         else:
             old, new = message.old, message.new
+            if message.old_kind == "O" and UNCHANGED_TOAST in new:
+                # REPLICA IDENTITY FULL: the old row carries the value the WAL left out of the new one.
+                new = tuple(o if v is UNCHANGED_TOAST else v for o, v in zip(old, new))
             keys = buffer.encoder.relation_key_indexes
             if old is not None and keys and any(old[i] != new[i] for i in keys):
                 # A primary-key change: Debezium's delete of the old key, then create of the new,
