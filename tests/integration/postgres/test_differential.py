@@ -7,6 +7,7 @@ reports for the same transactions.
 
 from __future__ import annotations
 
+import os
 import re
 from decimal import Decimal
 
@@ -78,7 +79,7 @@ def parse_values(text: str) -> dict[str, str | None]:
     return out
 
 
-def test_decoding_changes(lines: list[str]) -> list[tuple]:
+def changes_from_test_decoding(lines: list[str]) -> list[tuple]:
     """test_decoding's lines → (op, table, values) in order (a key change → d then c)."""
     out: list[tuple] = []
     for line in lines:
@@ -134,7 +135,11 @@ def our_changes(events: list[dict]) -> list[tuple]:
     return out
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("CDC_DIFFERENTIAL_EXAMPLES", "20")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(transactions=workload)
 def test_decoded_changes_agree_with_test_decoding(clusters, tmp_path_factory, transactions):
     from tests.support.databases import CaptureDatabase
@@ -162,7 +167,7 @@ def test_decoded_changes_agree_with_test_decoding(clusters, tmp_path_factory, tr
                     " 'skip-empty-xacts', '1')"
                 )
             ]
-        expected = test_decoding_changes(lines)
+        expected = changes_from_test_decoding(lines)
         assert our_changes(ours) == expected
         tx_rows = read_topic_arrow(str(scenario.sink), "t", "t.transaction")
         commits = sum(1 for line in lines if line.startswith("COMMIT"))

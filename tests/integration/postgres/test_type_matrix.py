@@ -218,6 +218,14 @@ COLUMNS = [
     ),
     ("at", "text[]", st.lists(st.one_of(st.none(), text(max_size=8)), max_size=5).map(array_literal), "at"),
     (
+        "an",
+        "numeric(6,2)[]",
+        st.lists(st.one_of(st.none(), st.decimals(-9999, 9999, places=2)), max_size=4).map(
+            lambda x: array_literal(x, quote=False)
+        ),
+        "an",
+    ),
+    (
         "ad",
         "date[]",
         st.lists(st.one_of(st.none(), finite_dates), max_size=4).map(lambda x: array_literal(x, quote=False)),
@@ -380,6 +388,13 @@ def check(name: str, ours, pg, modes: ValueModes, literal) -> None:
             assert ours == text_form
         else:
             assert ours == round(int(months) * pgv.DAYS_PER_MONTH_AVG * DAY) + int(days) * DAY + int(micros)
+    elif name == "an":
+        if modes.decimal == "double":
+            assert same(ours, [None if v is None else float(v) for v in pg])
+        elif modes.decimal == "string":
+            assert ours == [None if v is None else str(v) for v in pg]
+        else:
+            assert ours == pg
     elif name == "ad":
         assert [v if v is None or isinstance(v, int) else (v - dt.date(1970, 1, 1)).days for v in ours] == pg
     elif name == "hs":

@@ -437,7 +437,11 @@ def _hstore(pg_type: PgType, modes: ValueModes) -> Codec:
 
 def _array_codec(pg_type: PgType, modes: ValueModes) -> Codec:
     assert pg_type.element is not None
-    element = codec_for(pg_type.element, modes)
+    # An array column's type modifier belongs to its elements: numeric(5,2)[], varchar(10)[].
+    element_type = pg_type.element
+    if element_type.modifier < 0 <= pg_type.modifier:
+        element_type = replace(element_type, modifier=pg_type.modifier)
+    element = codec_for(element_type, modes)
     list_type = pa.list_(element.arrow_type)
 
     def convert(values: pa.Array) -> pa.Array:

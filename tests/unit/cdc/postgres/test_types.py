@@ -119,6 +119,9 @@ def test_arrays_of_mapped_types():
     assert one('{"2024-01-01 00:00:00"}', stamps) == [dt.datetime(2024, 1, 1)]
     with pytest.raises(ValueConversionError, match="one-dimensional"):
         one("{{1,2},{3,4}}", ints)
+    # the column's modifier applies to the elements
+    decimals = PgType(1231, numeric(5, 2).modifier, type_name="_numeric", category="A", element=PgType(t.NUMERIC))
+    assert convert(["{1.50,NULL}"], decimals) == ([[Decimal("1.50"), None]], pa.list_(pa.decimal128(5, 2)))
 
 
 class TestTemporalModes:
