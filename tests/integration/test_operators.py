@@ -13,6 +13,7 @@ from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcBatchOperator,
+    PostgresCdcCurrentStateOperator,
     PostgresCdcSetupOperator,
     PostgresCdcSnapshotOperator,
 )
@@ -254,7 +255,7 @@ def test_trigger_reports_pending_wal_and_missing_slots(shop_db, tmp_path):
     assert event["status"] == "error" and "does not exist" in event["message"]
 
 
-def test_window_runs_through_spark_submit(shop_db, tmp_path, monkeypatch):
+def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch):
     db, conn_id = shop_db
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     errors: dict = {}
@@ -271,6 +272,36 @@ def test_window_runs_through_spark_submit(shop_db, tmp_path, monkeypatch):
     assert result.xcom["window"]["job_pid"] != os.getpid()  # ran in the spark-submit driver
     assert db.slot_status().confirmed_flush_lsn == Lsn(result.xcom["window"]["to_lsn"])
     assert_reproduces_source(db, tmp_path)
+    # The current-state job goes through spark-submit too.
+    from airflow.sdk import DAG
+
+    with DAG(
+        f"submit_state_{db.name}",
+        schedule=None,
+        start_date=af.START,
+        default_args={"on_failure_callback": af.failure_recorder(errors)},
+    ) as state_dag:
+        PostgresCdcCurrentStateOperator(task_id="state", capture=submitted, state_path=str(tmp_path / "state"))
+    af.register(state_dag)
+    state = af.run(state_dag, 0, errors=errors)
+    assert state.tasks == {"state": "success"}, errors
+    assert {r["topic"]: r["action"] for r in state.xcom["state"]} == {
+        f"shop.{table}": "applied" for table in shop.TABLES
+    }
+    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.state import read_state
+    from tests.support.oracle import spark_rows
+
+    with db.connect() as conn:
+        for table, keys in KEYS.items():
+            schema, name = table.split(".")
+            frame = read_state(
+                spark,
+                state_path=str(tmp_path / "state"),
+                topic_prefix="shop",
+                topic=Topic.for_table("shop", schema, name),
+            )
+            assert_same_state(spark_rows(frame, keys), source_rows(conn, table, keys))
 
 
 def test_missing_spark_connection_is_a_clear_error(shop_db, tmp_path):
