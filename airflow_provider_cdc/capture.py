@@ -34,9 +34,13 @@ class PostgresCapture:
     """Configuration of one PostgreSQL capture. See docs/operators.md for every field."""
 
     postgres_conn_id: str
-    tables: Sequence[str | TableRef]
-    topic_prefix: str
-    sink_path: str
+    tables: Sequence[str | TableRef] = ()
+    topic_prefix: str = ""
+    sink_path: str = ""
+    # Debezium's table.include.list / table.exclude.list: regular expressions on schema.table,
+    # resolved against the catalog by every task (instead of, or to filter, ``tables``).
+    table_include_list: Sequence[str] = ()
+    table_exclude_list: Sequence[str] = ()
     slot_name: str | None = None
     publication_name: str | None = None
     publication_autocreate_mode: str = "filtered"
@@ -73,11 +77,21 @@ class PostgresCapture:
                 f"publication_autocreate_mode {self.publication_autocreate_mode!r} is not one of "
                 f"{', '.join(PUBLICATION_MODES)}"
             )
-        if isinstance(self.tables, str):
-            raise CdcConfigurationError("tables must be a list of table names, not one string")
+        for name in ("tables", "table_include_list", "table_exclude_list"):
+            if isinstance(getattr(self, name), str):
+                raise CdcConfigurationError(f"{name} must be a list, not one string")
         refs = tuple(TableRef.coerce(t) for t in self.tables)
-        if not refs:
-            raise CdcConfigurationError("a capture needs at least one table")
+        if not refs and not self.table_include_list:
+            raise CdcConfigurationError("a capture needs at least one table (tables or table_include_list)")
+        if refs and self.table_include_list:
+            raise CdcConfigurationError("give tables or table_include_list, not both")
+        for pattern in (*self.table_include_list, *self.table_exclude_list):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise CdcConfigurationError(
+                    f"table pattern {pattern!r} is not a valid regular expression: {exc}"
+                ) from None
         duplicates = sorted({str(r) for r in refs if refs.count(r) > 1})
         if duplicates:
             raise CdcConfigurationError(f"tables listed more than once: {', '.join(duplicates)}")
@@ -101,7 +115,14 @@ class PostgresCapture:
 
     @property
     def table_refs(self) -> tuple[TableRef, ...]:
+        """The explicitly listed tables (empty when the capture uses table_include_list)."""
         return tuple(self.tables)  # type: ignore[arg-type]
+
+    def resolve_tables(self, conn) -> tuple[TableRef, ...]:
+        """The tables this capture reads now (explicit list or patterns against the catalog)."""
+        from airflow_provider_cdc.cdc.sources.postgres.admin import resolve_tables
+
+        return resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
 
     @property
     def resolved_slot_name(self) -> str:
@@ -162,7 +183,7 @@ class PostgresCapture:
             "topic_prefix": self.topic_prefix,
             "slot": self.resolved_slot_name,
             "publication": self.resolved_publication_name,
-            "tables": [r.data_collection for r in self.table_refs],
+            "tables": [r.data_collection for r in self.table_refs] or {"include": list(self.table_include_list)},
             "snapshot_mode": self.snapshot_mode,
             "sink_path": self.sink_path,
         }

@@ -75,9 +75,11 @@ class PostgresCdcSetupOperator(_CaptureOperator):
         hook = self.hook()
         streams = planning.streams(capture.snapshot_mode)
         with fail_fast_on_terminal_errors():
-            report = hook.preflight(capture.table_refs, slot_name=capture.resolved_slot_name if streams else None)
+            with hook.session() as conn:
+                tables = capture.resolve_tables(conn)
+            report = hook.preflight(tables, slot_name=capture.resolved_slot_name if streams else None)
             publication = hook.ensure_publication(
-                capture.resolved_publication_name, capture.table_refs, capture.publication_autocreate_mode
+                capture.resolved_publication_name, tables, capture.publication_autocreate_mode
             )
             slot_created = hook.ensure_slot(capture.resolved_slot_name)[1] if streams else False
         server, tables = report.server, report.tables
@@ -119,16 +121,18 @@ class _WindowOperator(_CaptureOperator):
             reconciled = planning.reconcile(stored, commit_log.latest(), identity)
             for note in reconciled.notes:
                 self.log.warning("%s", note)
-            yield _RunState(self, hook, conn, identity, store, commit_log, stored, reconciled.offset)
+            state = _RunState(self, hook, conn, identity, store, commit_log, stored, reconciled.offset)
+            state.tables = capture.resolve_tables(conn)
+            yield state
 
-    def _spec(self, hook: PostgresCdcHook, window: Window, offset: PostgresOffset | None) -> PostgresJobSpec:
+    def _spec(self, state: _RunState, window: Window, offset: PostgresOffset | None) -> PostgresJobSpec:
         capture = self.capture
         return PostgresJobSpec(
             topic_prefix=capture.topic_prefix,
-            connection=hook.connection_info,
+            connection=state.hook.connection_info,
             slot_name=capture.resolved_slot_name,
             publication_name=capture.resolved_publication_name,
-            tables=capture.table_refs,
+            tables=state.tables,
             window=window,
             sink_path=capture.sink_path,
             previous_commit_lsn=offset.lsn_commit if offset else None,
@@ -178,6 +182,7 @@ class _RunState:
         self.commit_log = commit_log
         self.stored = stored
         self.offset = offset
+        self.tables: tuple[TableRef, ...] = ()
 
     def save(self, offset: PostgresOffset) -> PostgresOffset:
         self.stored = save_offset(self.store, offset, previous=self.stored)
@@ -220,7 +225,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                     admin.verify_slot(slot, state.identity.database)
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
             state.save(pending)
-            entry = self._run_job(self._spec(state.hook, window, state.offset))
+            entry = self._run_job(self._spec(state, window, state.offset))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             confirmed = None
             if planning.streams(capture.snapshot_mode):
@@ -277,7 +282,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
                 (plan.window.to_lsn or 0) - (plan.window.from_lsn or 0),
                 slot.pending_bytes,
             )
-            entry = self._run_job(self._spec(state.hook, plan.window, plan.offset))
+            entry = self._run_job(self._spec(state, plan.window, plan.offset))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             assert entry.window.to_lsn is not None
             confirmed = state.acknowledge(entry.window.to_lsn)
@@ -320,11 +325,10 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
     ) -> None:
         super().__init__(capture=capture, **kwargs)
         self.state_path = state_path
-        refs = capture.table_refs if tables is None else tuple(TableRef.coerce(t) for t in tables)
-        unknown = [str(r) for r in refs if r not in capture.table_refs]
+        self.tables = None if tables is None else tuple(TableRef.coerce(t) for t in tables)
+        unknown = [str(r) for r in self.tables or () if capture.table_refs and r not in capture.table_refs]
         if unknown:
             raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
-        self.tables = refs
         self.as_of_window = as_of_window
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
@@ -333,13 +337,20 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
 
         capture = self.capture
         as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
+        tables = self.tables
+        if tables is None:
+            if capture.table_refs:
+                tables = capture.table_refs
+            else:
+                with fail_fast_on_terminal_errors(), self.hook().session() as conn:
+                    tables = capture.resolve_tables(conn)
         spec = StateJobSpec(
             topic_prefix=capture.topic_prefix,
             sink_path=capture.sink_path,
             state_path=self.state_path,
             topics=tuple(
                 (topic.name, topic.directory)
-                for topic in (Topic.for_table(capture.topic_prefix, r.schema, r.name) for r in self.tables)
+                for topic in (Topic.for_table(capture.topic_prefix, r.schema, r.name) for r in tables)
             ),
             as_of_seq=as_of,
             spark=capture.spark_options(),

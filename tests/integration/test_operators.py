@@ -393,3 +393,22 @@ def test_initial_mode_fails_clearly_after_slot_loss(shop_db, tmp_path):
     # setup recreates the slot, but it starts after the stored offset: changes were lost
     assert result.tasks["window"] == "failed"
     assert "past the stored offset" in result.error("window")
+
+
+def test_table_include_list_selects_tables_by_pattern(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path, tables=[], table_include_list=["public\\.(customers|orders)"])
+    dag = capture_dag(f"patterns_{db.name}", capture, errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.state == "success", errors
+    assert set(first.xcom["snapshot"]["events"]) == {"shop.public.customers", "shop.public.orders"}
+    with db.connect() as conn:
+        published = {r[0] for r in conn.execute("SELECT tablename FROM pg_publication_tables")}
+        shop.mutate(conn, round_no=1)
+    assert published == {"customers", "orders"}
+    second = af.run(dag, 1, errors=errors)
+    assert set(second.xcom["window"]["events"]) <= {"shop.public.customers", "shop.public.orders"}
+    with db.connect() as conn:
+        for table in ("public.customers", "public.orders"):
+            assert_same_state(replay(events_of(tmp_path, "shop", table), ["id"]), source_rows(conn, table, ["id"]))

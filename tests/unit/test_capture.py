@@ -29,7 +29,7 @@ def test_defaults():
         ({"snapshot_mode": "exported"}, "snapshot_mode 'exported' is not supported"),
         ({"publication_autocreate_mode": "everything"}, "publication_autocreate_mode"),
         ({"tables": []}, "at least one table"),
-        ({"tables": "public.orders"}, "a list of table names"),
+        ({"tables": "public.orders"}, "tables must be a list"),
         ({"tables": ["a.b.c"]}, "3 parts"),
         ({"tables": ["orders", "public.orders"]}, "more than once"),
         ({"slot_name": "Has-Caps"}, "slot_name 'Has-Caps' is invalid"),
@@ -74,3 +74,14 @@ def test_event_settings_follow_debezium_options():
     assert settings.columns.keeps("public.orders.secret", is_key=True)  # keys are always kept
     assert settings.columns.mask_for("public.orders.email").length == 4
     assert settings.columns.mask_for("public.orders.note").kind == "truncate"
+
+
+def test_table_patterns():
+    patterned = capture(tables=[], table_include_list=["public\\.order.*"], table_exclude_list=["public\\.order_audit"])
+    assert patterned.table_refs == () and patterned.table_include_list == ["public\\.order.*"]
+    with pytest.raises(CdcConfigurationError, match="not both"):
+        capture(table_include_list=["public\\..*"])
+    with pytest.raises(CdcConfigurationError, match="not a valid regular expression"):
+        capture(tables=[], table_include_list=["public.(oops"])
+    with pytest.raises(CdcConfigurationError, match="must be a list"):
+        capture(tables=[], table_include_list="public\\..*")

@@ -151,3 +151,30 @@ def test_least_privilege_role_runs_snapshot_and_stream(db, spark, tmp_path):
     with pytest.raises(Exception, match="password authentication failed") as failure:
         connect(bad)
     assert "wrong" not in str(failure.value) and password not in str(failure.value)
+
+
+def test_table_patterns_resolve_against_the_catalog(db15):
+    db15.execute(
+        "CREATE TABLE orders (id int PRIMARY KEY); CREATE TABLE order_items (id int PRIMARY KEY);"
+        "CREATE TABLE order_audit (id int PRIMARY KEY); CREATE TABLE customers (id int PRIMARY KEY);"
+        "CREATE TABLE parted (id int, PRIMARY KEY (id)) PARTITION BY RANGE (id);"
+        "CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);"
+        "CREATE SCHEMA other; CREATE TABLE other.orders (id int PRIMARY KEY);"
+    )
+    with db15.connect() as conn:
+        assert admin.resolve_tables(conn, (), ["public\\.order.*"], ["public\\.order_audit"]) == (
+            TableRef("public", "order_items"),
+            TableRef("public", "orders"),
+        )
+        assert admin.resolve_tables(conn, (), [".*\\.orders"]) == (
+            TableRef("other", "orders"),
+            TableRef("public", "orders"),
+        )
+        assert admin.resolve_tables(conn, (), ["public\\.parted.*"]) == (
+            TableRef("public", "parted"),
+        )  # not partitions
+        assert admin.resolve_tables(conn, refs("customers", "orders"), (), ["public\\.customers"]) == (
+            TableRef("public", "orders"),
+        )
+        with pytest.raises(UnknownTableError, match="leave nothing"):
+            admin.resolve_tables(conn, (), ["nothing\\..*"])

@@ -203,6 +203,38 @@ def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]
     return out
 
 
+def resolve_tables(
+    conn, explicit: Sequence[TableRef], include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> tuple[TableRef, ...]:
+    """The captured tables: ``explicit`` ones, or every table matching ``include`` (Debezium's
+    ``table.include.list``: regular expressions on ``schema.table``), minus ``exclude`` matches."""
+    import re
+
+    def excluded(ref: TableRef) -> bool:
+        return any(re.fullmatch(p, ref.data_collection) for p in exclude)
+
+    if explicit:
+        refs = [r for r in explicit if not excluded(r)]
+    else:
+        catalog = [
+            TableRef(s, t)
+            for s, t in conn.execute(
+                """
+                SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+                  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%'
+                """
+            )
+        ]
+        refs = [r for r in catalog if any(re.fullmatch(p, r.data_collection) for p in include) and not excluded(r)]
+    if not refs:
+        raise UnknownTableError(
+            f"no table to capture: table_include_list {list(include)} and table_exclude_list {list(exclude)} "
+            f"leave nothing{' of ' + ', '.join(map(str, explicit)) if explicit else ''}"
+        )
+    return tuple(sorted(refs))
+
+
 def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
     """Replica identity and privilege problems of captured tables."""
     problems = []
