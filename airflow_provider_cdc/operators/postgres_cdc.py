@@ -12,10 +12,11 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, SnapshotRequiredError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
@@ -226,7 +227,9 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
             state.save(pending)
             entry = self._run_job(self._spec(state, window, state.offset))
-            state.save(planning.offset_after_commit(state.offset, entry, state.identity))
+            committed = planning.offset_after_commit(state.offset, entry, state.identity)
+            # Remember which tables the snapshot covered: a table that joins later has no snapshot.
+            state.save(replace(committed, extra={**committed.extra, "tables": [r.to_json() for r in state.tables]}))
             confirmed = None
             if planning.streams(capture.snapshot_mode):
                 assert entry.window.to_lsn is not None
@@ -258,6 +261,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
             raise AirflowSkipException("snapshot_mode='initial_only': this capture does not stream")
         requested = Lsn(self.upto_lsn) if self.upto_lsn not in (None, "") else None
         with self._state() as state:
+            self._refuse_tables_without_snapshot(state)
             slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
             current = admin.current_lsn(state.conn)
             plan = planning.plan_stream_window(
@@ -296,6 +300,19 @@ class PostgresCdcBatchOperator(_WindowOperator):
             summary["bytes_behind"],
         )
         return summary
+
+    def _refuse_tables_without_snapshot(self, state: _RunState) -> None:
+        snapshotted = state.offset.extra.get("tables") if state.offset is not None else None
+        if snapshotted is None or self.capture.snapshot_mode == "never":
+            return
+        known = {TableRef(*t) for t in snapshotted}
+        new = [r for r in state.tables if r not in known]
+        if new:
+            raise SnapshotRequiredError(
+                f"table(s) {', '.join(map(str, new))} joined capture {self.capture.topic_prefix!r} after its "
+                "snapshot: their existing rows were never captured. Run the snapshot once more "
+                "(snapshot_mode='always' for one run) before streaming them, or remove them from the capture."
+            )
 
 
 class PostgresCdcCurrentStateOperator(_CaptureOperator):

@@ -412,3 +412,33 @@ def test_table_include_list_selects_tables_by_pattern(shop_db, tmp_path):
     with db.connect() as conn:
         for table in ("public.customers", "public.orders"):
             assert_same_state(replay(events_of(tmp_path, "shop", table), ["id"]), source_rows(conn, table, ["id"]))
+
+
+def test_a_table_joining_after_the_snapshot_is_refused_until_snapshotted(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path, tables=[], table_include_list=["public\\.(customers|orders|extra)"])
+    dag = capture_dag(f"joining_{db.name}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    db.execute("CREATE TABLE extra (id int PRIMARY KEY); INSERT INTO extra VALUES (1), (2)")
+    refused = af.run(dag, 1, errors=errors)  # setup adds it to the publication; the window refuses it
+    assert refused.tasks["setup"] == "success" and refused.tasks["window"] == "failed"
+    assert 'table(s) "public"."extra" joined capture' in refused.error("window")
+    again = capture_dag(
+        f"joining2_{db.name}",
+        make_capture(
+            db,
+            conn_id,
+            tmp_path,
+            tables=[],
+            table_include_list=["public\\.(customers|orders|extra)"],
+            snapshot_mode="always",
+        ),
+        errors,
+    )
+    assert af.run(again, 2, errors=errors).state == "success", errors
+    assert af.run(dag, 3, errors=errors).state == "success", errors
+    with db.connect() as conn:
+        assert_same_state(
+            replay(events_of(tmp_path, "shop", "public.extra"), ["id"]), source_rows(conn, "public.extra", ["id"])
+        )
