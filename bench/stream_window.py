@@ -80,6 +80,12 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=100_000, help="max_changes_per_chunk")
+    parser.add_argument(
+        "--workload",
+        choices=["mixed", "one-transaction"],
+        default="mixed",
+        help="mixed: transactions of ~100 changes; one-transaction: a single UPDATE of N rows",
+    )
     args = parser.parse_args()
 
     from airflow_provider_cdc.cdc.sources.postgres import admin
@@ -96,10 +102,19 @@ def main() -> int:
         cluster.create_database("bench")
         with cluster.connect("bench") as conn:
             conn.execute(TABLE)
+            if args.workload == "one-transaction":
+                conn.execute(
+                    "INSERT INTO accounts (id, a, b, balance, note, attrs) SELECT g, g, g, g, 'note ' || g, "
+                    "'{\"k\": 1}' FROM generate_series(1, %s) g",
+                    (args.changes,),
+                )
             admin.ensure_publication(conn, "bench_pub", [TableRef("public", "accounts")])
             status, _ = admin.ensure_slot(conn, "bench_slot", "bench")
             started = time.monotonic()
-            build_backlog(conn, args.changes)
+            if args.workload == "one-transaction":
+                conn.execute("UPDATE accounts SET balance = balance + 1, updated_at = now()")
+            else:
+                build_backlog(conn, args.changes)
             target = admin.current_lsn(conn)
             print(
                 f"backlog: {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of WAL, "
@@ -107,6 +122,7 @@ def main() -> int:
             )
         info = PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password)
         limits, windows = [], []
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         for attempt in range(args.repeat):
             with cluster.connect("bench") as conn:
                 t0 = time.perf_counter()
@@ -135,6 +151,7 @@ def main() -> int:
             shutil.rmtree(sink)
         limit, window = statistics.median(limits), statistics.median(windows)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"driver RSS before the first window: {rss_before:.0f} MiB")
         print(f"raw decode rows (peek): {rows}")
         print("| measure | median s | changes/s |")
         print("|---|---|---|")

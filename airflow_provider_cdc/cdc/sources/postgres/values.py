@@ -203,22 +203,8 @@ def parse_array(text: str) -> list[str | None]:
     i, n = 0, len(body)
     while i <= n:
         if i < n and body[i] == '"':
-            i += 1
-            chars = []
-            while True:
-                if i >= n:
-                    raise ParseError(f"unterminated quoted array element in {text!r}")
-                ch = body[i]
-                if ch == "\\":
-                    chars.append(body[i + 1])
-                    i += 2
-                elif ch == '"':
-                    i += 1
-                    break
-                else:
-                    chars.append(ch)
-                    i += 1
-            out.append("".join(chars))
+            element, i = _read_quoted(body, i)
+            out.append(element)
         else:
             end = body.find(",", i)
             end = n if end == -1 else end
@@ -235,37 +221,39 @@ def parse_hstore(text: str) -> list[tuple[str, str | None]]:
     """Pairs of an hstore's text form: ``"a"=>"1", "b"=>NULL``."""
     pairs: list[tuple[str, str | None]] = []
     i, n = 0, len(text)
-
-    def quoted(pos: int) -> tuple[str, int]:
-        if text[pos] != '"':
-            raise ParseError(f"expected a quoted hstore string at {pos} in {text!r}")
-        pos += 1
-        chars = []
-        while True:
-            if pos >= n:
-                raise ParseError(f"unterminated hstore string in {text!r}")
-            ch = text[pos]
-            if ch == "\\":
-                chars.append(text[pos + 1])
-                pos += 2
-            elif ch == '"':
-                return "".join(chars), pos + 1
-            else:
-                chars.append(ch)
-                pos += 1
-
     while i < n:
-        key, i = quoted(i)
+        key, i = _read_quoted(text, i)
         if text[i : i + 2] != "=>":
             raise ParseError(f"expected '=>' in hstore {text!r}")
         i += 2
         if text.startswith("NULL", i):
             value, i = None, i + 4
         else:
-            value, i = quoted(i)
+            value, i = _read_quoted(text, i)
         pairs.append((key, value))
         if i < n:
             if text[i : i + 2] != ", ":
                 raise ParseError(f"expected ', ' in hstore {text!r}")
             i += 2
     return pairs
+
+
+def _read_quoted(text: str, pos: int) -> tuple[str, int]:
+    """A double-quoted string with backslash escapes (array elements, hstore keys and values)
+    starting at ``pos``; returns it and the position after the closing quote."""
+    if pos >= len(text) or text[pos] != '"':
+        raise ParseError(f"expected a quoted string at {pos} in {text!r}")
+    chars = []
+    pos += 1
+    while True:
+        if pos >= len(text):
+            raise ParseError(f"unterminated quoted string in {text!r}")
+        ch = text[pos]
+        if ch == "\\":
+            chars.append(text[pos + 1])
+            pos += 2
+        elif ch == '"':
+            return "".join(chars), pos + 1
+        else:
+            chars.append(ch)
+            pos += 1
