@@ -66,6 +66,7 @@ class PostgresCapture:
     column_include_list: Sequence[str] = ()
     column_exclude_list: Sequence[str] = ()
     column_masks: Mapping[str, str] = field(default_factory=dict)
+    column_text_list: Sequence[str] = ()
     message_prefix_include_list: Sequence[str] = ()
     message_prefix_exclude_list: Sequence[str] = ()
 
@@ -170,6 +171,7 @@ class PostgresCapture:
                 include=tuple(self.column_include_list),
                 exclude=tuple(self.column_exclude_list),
                 debezium_properties=self.column_masks,
+                as_text=tuple(self.column_text_list),
             ),
             message_prefix_include=tuple(self.message_prefix_include_list),
             message_prefix_exclude=tuple(self.message_prefix_exclude_list),

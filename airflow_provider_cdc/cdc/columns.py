@@ -63,11 +63,12 @@ class ColumnRules:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     masks: tuple[MaskRule, ...] = field(default_factory=tuple)
+    as_text: tuple[str, ...] = ()  # columns captured in PostgreSQL's text form, whatever their type
 
     def __post_init__(self) -> None:
         if self.include and self.exclude:
             raise CdcConfigurationError("give column_include_list or column_exclude_list, not both (like Debezium)")
-        for pattern in (*self.include, *self.exclude, *(m.pattern for m in self.masks)):
+        for pattern in (*self.include, *self.exclude, *self.as_text, *(m.pattern for m in self.masks)):
             try:
                 re.compile(pattern)
             except re.error as exc:
@@ -85,7 +86,10 @@ class ColumnRules:
 
     @property
     def active(self) -> bool:
-        return bool(self.include or self.exclude or self.masks)
+        return bool(self.include or self.exclude or self.masks or self.as_text)
+
+    def keeps_text(self, qualified: str) -> bool:
+        return any(re.fullmatch(p, qualified) for p in self.as_text)
 
     def keeps(self, qualified: str, *, is_key: bool) -> bool:
         if is_key:
@@ -104,6 +108,7 @@ class ColumnRules:
         include: tuple[str, ...] | list[str] = (),
         exclude: tuple[str, ...] | list[str] = (),
         debezium_properties: Mapping[str, str] | None = None,
+        as_text: tuple[str, ...] | list[str] = (),
     ) -> ColumnRules:
         masks = []
         for key, patterns in (debezium_properties or {}).items():
@@ -119,7 +124,7 @@ class ColumnRules:
                     f"unsupported column rule {key!r}: use column.mask.with.<N>.chars, "
                     "column.mask.hash.<algorithm>.with.salt.<salt> or column.truncate.to.<N>.chars"
                 )
-        return cls(tuple(include), tuple(exclude), tuple(masks))
+        return cls(tuple(include), tuple(exclude), tuple(masks), tuple(as_text))
 
     def to_dict(self) -> dict:
         return {
@@ -134,4 +139,5 @@ class ColumnRules:
             tuple(data.get("include", ())),
             tuple(data.get("exclude", ())),
             tuple(MaskRule(**m) for m in data.get("masks", ())),
+            tuple(data.get("as_text", ())),
         )

@@ -231,3 +231,23 @@ def test_column_filters_and_masks_apply_to_snapshot_and_stream(db, spark, tmp_pa
         assert after["ssn"] == "*****" and len(after["note"]) == 4
         plain = {1: "a@example.com", 2: "b@example.com"}[after["id"]]
         assert after["email"] == hashlib.sha256(("pepper" + plain).encode()).hexdigest()[:40]
+
+
+def test_column_text_list_captures_values_the_mapped_type_cannot_hold(db, spark, tmp_path):
+    from airflow_provider_cdc.cdc.sources.postgres.types import ValueConversionError
+
+    db.execute("CREATE TABLE odd (id int PRIMARY KEY, price numeric(10,2), grid int[])")
+    db.execute("INSERT INTO odd VALUES (1, 'NaN', '{{1,2},{3,4}}')")
+    failing = Scenario(db, ["public.odd"], tmp_path / "a", spark=spark)
+    with pytest.raises(ValueConversionError, match="column_text_list"):
+        failing.snapshot()
+    rules = ColumnRules.from_options(as_text=["public\\.odd\\.(price|grid)"])
+    db.execute(f"SELECT pg_drop_replication_slot('{db.slot}')")
+    scenario = Scenario(db, ["public.odd"], tmp_path / "b", spark=spark, settings=EventSettings(columns=rules))
+    scenario.snapshot()
+    db.execute("INSERT INTO odd VALUES (2, 1.5, '{{5}}')")
+    scenario.window()
+    assert [(e["after"]["price"], e["after"]["grid"]) for e in scenario.events("public.odd")] == [
+        ("NaN", "{{1,2},{3,4}}"),
+        ("1.50", "{{5}}"),
+    ]

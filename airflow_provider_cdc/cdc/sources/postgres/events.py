@@ -29,7 +29,7 @@ from airflow_provider_cdc.cdc.envelope import (
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, TupleData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
-from airflow_provider_cdc.cdc.sources.postgres.types import Codec, ValueModes, cast_text, codec_for
+from airflow_provider_cdc.cdc.sources.postgres.types import Codec, ValueModes, cast_text, codec_for, text_codec
 
 CONNECTOR = "postgresql"
 
@@ -111,7 +111,12 @@ class TableEncoder:
         self.columns = tuple(columns[i] for i in self.positions)
         if not self.columns:
             raise CdcConfigurationError(f"the column filters leave no column of {table.ref} to capture")
-        self.codecs: tuple[Codec, ...] = tuple(codec_for(c.type, settings.modes) for c in self.columns)
+        self.codecs: tuple[Codec, ...] = tuple(
+            text_codec(settings.modes)
+            if rules.keeps_text(f"{schema}.{name}.{c.name}")
+            else codec_for(c.type, settings.modes)
+            for c in self.columns
+        )
         self.masks = []
         for column, codec in zip(self.columns, self.codecs):
             mask = rules.mask_for(f"{schema}.{name}.{column.name}")

@@ -157,6 +157,11 @@ def codec_for(pg_type: PgType, modes: ValueModes) -> Codec:
     return _with_placeholder(codec, modes)
 
 
+def text_codec(modes: ValueModes) -> Codec:
+    """PostgreSQL's text form, whatever the type (``column_text_list``)."""
+    return _with_placeholder(_text("text form (column_text_list)"), modes)
+
+
 def cast_text(values: pa.Array, codec: Codec, *, column: str, table: str) -> pa.Array:
     """Convert PostgreSQL text output (a string array, nulls allowed) with ``codec``."""
     try:
@@ -170,11 +175,12 @@ def cast_text(values: pa.Array, codec: Codec, *, column: str, table: str) -> pa.
 
 
 def _hint(codec: Codec) -> str:
+    text = "add the column to column_text_list to capture its text form"
     if pa.types.is_decimal(codec.arrow_type):
-        return "Use decimal_handling_mode='string' (exact text) or 'double' to capture NaN."
+        return f"Use decimal_handling_mode='string' or 'double' to capture NaN, or {text}."
     if pa.types.is_list(codec.arrow_type):
-        return "Only one-dimensional arrays map to lists; cast the column to text in a view otherwise."
-    return "Cast the column to text in a view, or exclude it from the capture."
+        return f"Only one-dimensional arrays map to lists: {text}."
+    return f"To capture it anyway, {text}, or exclude it."
 
 
 def _first_unconvertible(values: pa.Array, codec: Codec) -> str | None:
@@ -571,4 +577,5 @@ __all__ = [
     "cast_text",
     "codec_for",
     "resolve_types",
+    "text_codec",
 ]
