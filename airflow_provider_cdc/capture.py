@@ -55,6 +55,8 @@ class PostgresCapture:
     snapshot_partition_bytes: int = 128 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
+    # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
+    slot_release_timeout_seconds: float = 30.0
     # Value representation (Debezium's handling modes; "spark" time types by default).
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "spark"

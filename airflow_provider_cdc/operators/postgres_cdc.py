@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, SnapshotRequiredError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic
@@ -119,6 +120,8 @@ class _WindowOperator(_CaptureOperator):
             store = capture.store()
             commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
             stored = load_offset(store, capture.topic_prefix)
+            # A run killed moments ago may still have a walsender on the slot: let it go away.
+            admin.wait_for_slot_release(conn, capture.resolved_slot_name, timeout=capture.slot_release_timeout_seconds)
             reconciled = planning.reconcile(stored, commit_log.latest(), identity)
             for note in reconciled.notes:
                 self.log.warning("%s", note)
@@ -226,14 +229,17 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                     admin.verify_slot(slot, state.identity.database)
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
             state.save(pending)
+            faults.point("operator.pending_saved")
             entry = self._run_job(self._spec(state, window, state.offset))
             committed = planning.offset_after_commit(state.offset, entry, state.identity)
             # Remember which tables the snapshot covered: a table that joins later has no snapshot.
             state.save(replace(committed, extra={**committed.extra, "tables": [r.to_json() for r in state.tables]}))
+            faults.point("operator.offset_saved")
             confirmed = None
             if planning.streams(capture.snapshot_mode):
                 assert entry.window.to_lsn is not None
                 confirmed = state.acknowledge(entry.window.to_lsn)
+                faults.point("operator.acknowledged")
             summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=None)
         self.log.info("snapshot committed: %s", summary)
         return summary
@@ -278,6 +284,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
             if plan.acknowledge_first is not None:
                 state.acknowledge(plan.acknowledge_first)
             state.save(plan.offset)
+            faults.point("operator.pending_saved")
             self.log.info(
                 "window %s: [%s, %s), %d bytes of WAL; slot lag before the run: %s bytes",
                 plan.window.window_id,
@@ -288,8 +295,10 @@ class PostgresCdcBatchOperator(_WindowOperator):
             )
             entry = self._run_job(self._spec(state, plan.window, plan.offset))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
+            faults.point("operator.offset_saved")
             assert entry.window.to_lsn is not None
             confirmed = state.acknowledge(entry.window.to_lsn)
+            faults.point("operator.acknowledged")
             after = admin.slot_status(state.conn, capture.resolved_slot_name)
             summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=after)
         self.log.info(

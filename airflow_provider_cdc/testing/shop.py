@@ -139,7 +139,9 @@ def mutate(conn, *, round_no: int, seed: int = 11) -> WorkloadStats:
     stats.add("updates", "customers")
     stats.transactions += 1
     # An order cancelled: its items deleted, the order updated, in one transaction.
-    oid = conn.execute("SELECT id FROM orders ORDER BY id LIMIT 1 OFFSET %s", (round_no,)).fetchone()[0]
+    oid = conn.execute(
+        "SELECT id FROM orders ORDER BY id LIMIT 1 OFFSET mod(%s, (SELECT count(*) FROM orders))", (round_no,)
+    ).fetchone()[0]
     with conn.transaction():
         deleted = conn.execute("DELETE FROM order_items WHERE order_id = %s", (oid,)).rowcount
         stats.add("deletes", "order_items", deleted)

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import from_remote_traceback
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
@@ -74,6 +75,7 @@ class WindowWriter:
             self.write_batches(self.topics[topic_name], topic_batches)
         if transactions is not None:
             self.write_batches(self._transaction_topic(), [transactions])
+        faults.point("window.chunk_written")
 
     def write_batches(self, topic: Topic, batches: list[pa.RecordBatch]) -> None:
         by_schema: dict[pa.Schema, list[pa.RecordBatch]] = {}
@@ -150,6 +152,7 @@ class WindowWriter:
             stats=stats or {},
         )
         committed = self.sink.log.append(entry)
+        faults.point("sink.committed")
         self._remove_other_attempts()
         return committed
 

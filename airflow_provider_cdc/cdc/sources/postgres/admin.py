@@ -8,6 +8,7 @@ Airflow hook wraps these; the engine calls them directly. Identifiers always go 
 from __future__ import annotations
 
 import difflib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -322,6 +323,39 @@ def require_slot(conn, slot: str, database: str) -> SlotStatus:
         )
     verify_slot(status, database)
     return status
+
+
+def wait_for_slot_release(conn, slot: str, *, timeout: float = 30.0, poll: float = 0.2) -> SlotStatus | None:
+    """Wait until no process streams from ``slot`` (or ``timeout`` passes), then return its status.
+
+    Called with the capture lock held, so an active slot means either the walsender of a run
+    that just died (the server notices a vanished client within moments) or a consumer outside
+    this capture. The first clears itself; the second is named in the error.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        status = slot_status(conn, slot)
+        if status is None or not status.active:
+            return status
+        if time.monotonic() >= deadline:
+            holder = conn.execute(
+                "SELECT application_name, host(client_addr), backend_start, usename::text "
+                "FROM pg_stat_activity WHERE pid = %s",
+                (status.active_pid,),
+            ).fetchone()
+            who = (
+                f"pid {status.active_pid} ({holder[0] or 'unknown application'}, role {holder[3]!r}, from "
+                f"{holder[1] or 'local socket'}, connected since {holder[2]:%Y-%m-%d %H:%M:%S})"
+                if holder
+                else f"pid {status.active_pid}"
+            )
+            raise ConcurrentCaptureError(
+                f"replication slot {slot!r} is being read by {who}, outside this capture's lock, for "
+                f"more than {timeout:.0f}s. Another consumer (a second DAG with the same slot_name, "
+                "pg_recvlogical, a replication client) is using the slot; stop it, or give this capture "
+                "its own slot."
+            )
+        time.sleep(poll)
 
 
 def verify_slot(status: SlotStatus, database: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
@@ -126,10 +127,12 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
                         "messages": "true",
                     },
                 )
+                faults.point("window.streaming")
                 for frame in replication.frames(idle_timeout=spec.options.idle_timeout_seconds):
                     if collector.feed(frame):
                         break
         stats = collector.finish()
+    faults.point("window.read_done")
     return writer.commit(
         window,
         transactions=stats.transactions,
@@ -183,6 +186,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     with ReplicationConnection(info) as replication:
         creation = replication.create_slot(_temporary_slot_name(), temporary=True, export_snapshot=True)
         assert creation.snapshot_name is not None
+        faults.point("snapshot.exported")
         with connect(info) as conn:
             import_snapshot(conn, creation.snapshot_name)
             xmin, ts_ms = snapshot_facts(conn)
@@ -209,6 +213,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
             rows[topic.name] = writer.write_dataframe(topic, frame)
             log.info("snapshot of %s: %d rows", ref, rows[topic.name])
+            faults.point("snapshot.table_written")
     # The exported snapshot and the temporary slot end with the replication connection.
     return writer.commit(
         spec.window.with_end(creation.consistent_point),
