@@ -7,7 +7,9 @@ that nothing was lost or duplicated (``tests/support/crash.py``).
 
 The suite runs a CI-sized sample (8 snapshot crashes, 16 stream crashes). The larger sweep:
 
-    CDC_CRASH_SWEEP=200 CDC_CRASH_REPORT=/tmp/crash.json ./scripts/test.sh tests/integration/test_crash_safety.py -k sweep
+    CDC_CRASH_SWEEP=200 ./scripts/test.sh tests/integration/test_crash_safety.py -k sweep
+
+(``CDC_CRASH_SEED`` fixes the random choices, ``CDC_CRASH_REPORT=<file>`` writes a JSON report.)
 
 Results of the sweep are recorded in docs/reliability.md.
 """
@@ -145,7 +147,10 @@ def test_stream_windows_killed_at_every_step_lose_and_duplicate_nothing(crash_db
     cycles = (
         [{"fault": _fault(p, n)} for p, n in STREAM_FAULTS]
         # Transient errors (not kills) unwind normally: the retry must cope with what they leave.
-        + [{"fault": _fault("window.chunk_written", 2, "raise")}, {"fault": _fault("operator.offset_saved", 1, "raise")}]
+        + [
+            {"fault": _fault("window.chunk_written", 2, "raise")},
+            {"fault": _fault("operator.offset_saved", 1, "raise")},
+        ]
         # Random moments, with writers committing while the window is read.
         + [{"random": True} for _ in range(6)]
     )
@@ -198,7 +203,9 @@ def test_crash_sweep(crash_db, tmp_path):
             prefix = f"snap{i}"
             outcome = _snapshot_crash(db, conn_id, tmp_path / prefix, prefix, workload, crash)
             with db.connect() as conn:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (CrashCapture(db, conn_id, prefix, tmp_path, KEYS).slot,))
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(%s)", (CrashCapture(db, conn_id, prefix, tmp_path, KEYS).slot,)
+                )
             report["by_point"][label] += 1
             report["outcomes"]["killed" if outcome["killed"] else "completed"] += 1
             continue

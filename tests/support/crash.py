@@ -17,6 +17,7 @@ on a test database. ``child()`` runs a task in a separate Python process that is
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -44,7 +45,11 @@ from tests.support.oracle import assert_same_state, replay, source_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
-OPERATORS = {"setup": PostgresCdcSetupOperator, "snapshot": PostgresCdcSnapshotOperator, "batch": PostgresCdcBatchOperator}
+OPERATORS = {
+    "setup": PostgresCdcSetupOperator,
+    "snapshot": PostgresCdcSnapshotOperator,
+    "batch": PostgresCdcBatchOperator,
+}
 
 
 @dataclass
@@ -169,7 +174,7 @@ class CrashCapture:
         entries = committed_windows(sink, self.prefix)
         assert entries, "nothing was committed"
         assert [e.window.seq for e in entries] == list(range(1, len(entries) + 1)), "window numbers have gaps"
-        for previous, entry in zip(entries, entries[1:], strict=False):
+        for previous, entry in itertools.pairwise(entries):
             if entry.window.kind == "stream":
                 assert entry.window.from_lsn == previous.window.to_lsn, (
                     f"{entry.window.describe()} does not start where {previous.window.describe()} ended"
