@@ -57,6 +57,10 @@ class PostgresCapture:
     idle_timeout_seconds: float = 300.0
     # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
     slot_release_timeout_seconds: float = 30.0
+    # SQL run (in its own transaction) before each stream window fixes its end, so its changes
+    # land in that window: Debezium's heartbeat.action.query (e.g. an UPDATE of a captured
+    # heartbeat table, or SELECT pg_logical_emit_message(true, 'heartbeat', now()::text)).
+    heartbeat_action_query: str | None = None
     # Value representation (Debezium's handling modes; "spark" time types by default).
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "spark"
@@ -108,11 +112,18 @@ class PostgresCapture:
             raise CdcConfigurationError("postgres_conn_id is required")
         if not self.sink_path or not str(self.sink_path).strip():
             raise CdcConfigurationError("sink_path is required (a local directory or a Hadoop URI)")
+        if self.heartbeat_action_query is not None and not str(self.heartbeat_action_query).strip():
+            raise CdcConfigurationError("heartbeat_action_query is empty: give a SQL statement or None")
         if isinstance(self.offset_store, str) and self.offset_store not in OFFSET_STORES:
             raise CdcConfigurationError(
                 f"offset_store {self.offset_store!r} is not one of {', '.join(OFFSET_STORES)} "
                 "(or an OffsetStore instance)"
             )
+        if self.offset_store == "state_table":
+            try:
+                TableRef.parse(self.offset_table)
+            except CdcConfigurationError as exc:
+                raise CdcConfigurationError(f"offset_table {self.offset_table!r} is invalid: {exc}") from None
         self.capture_options()  # validates the tuning knobs
         self.event_settings()  # validates modes, patterns and masking rules
 

@@ -28,7 +28,10 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "PostgreSQL change capture",
-                "python-modules": ["airflow_provider_cdc.operators.postgres_cdc"],
+                "python-modules": [
+                    "airflow_provider_cdc.operators.postgres_cdc",
+                    "airflow_provider_cdc.operators.slot_maintenance",
+                ],
             }
         ],
         "sensors": [

@@ -82,11 +82,14 @@ def submit(
             conn_id=spark_conn_id,
             name=name,
             application_args=["--spec", str(spec_path), "--result", str(result_path)],
-            env_vars=env,
             conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **conf},
             spark_binary=spark_submit_binary(),
         )
-        hook.submit(application=application or DEFAULT_APPLICATION)
+        # The environment goes to the spark-submit process itself, not through the hook's env_vars:
+        # on YARN and Kubernetes masters the hook turns those into --conf arguments, and a password
+        # on a command line is visible to every user of the machine (ps). In client mode (the
+        # only one that returns a result) the driver is the spark-submit process: it inherits this.
+        hook.submit(application=application or DEFAULT_APPLICATION, env={**os.environ, **env})
         if not result_path.exists():
             raise CdcError(
                 "the submitted capture job finished without reporting its result (cluster deploy mode "

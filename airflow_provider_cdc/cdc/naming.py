@@ -39,6 +39,16 @@ def message_topic(prefix: str) -> str:
     return f"{prefix}.message"
 
 
+def gap_topic(prefix: str) -> str:
+    """Side table of capture gaps (see :mod:`airflow_provider_cdc.cdc.gaps`)."""
+    return f"{prefix}.capture_gap"
+
+
+def side_topics(prefix: str) -> frozenset[str]:
+    """Topics that are not change events of a table."""
+    return frozenset({transaction_topic(prefix), message_topic(prefix), gap_topic(prefix)})
+
+
 def topic_directory(*parts: str) -> str:
     """Directory name for a topic given its parts (prefix, schema, table)."""
     return ".".join(_escape(p) for p in parts)
@@ -74,6 +84,10 @@ class Topic:
     @classmethod
     def messages(cls, prefix: str) -> Topic:
         return cls(message_topic(prefix), topic_directory(prefix, "message"))
+
+    @classmethod
+    def gaps(cls, prefix: str) -> Topic:
+        return cls(gap_topic(prefix), topic_directory(prefix, "capture_gap"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Topic) and other.name == self.name

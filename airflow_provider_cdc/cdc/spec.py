@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
@@ -32,12 +33,14 @@ class CaptureOptions:
     idle_timeout_seconds: float = 300.0
 
     def __post_init__(self) -> None:
-        if self.max_changes_per_chunk < 1:
-            raise CdcConfigurationError("max_changes_per_chunk must be at least 1")
-        if self.snapshot_partition_bytes < 1024 * 1024:
-            raise CdcConfigurationError("snapshot_partition_bytes must be at least 1 MiB")
-        if self.snapshot_max_partitions < 1:
-            raise CdcConfigurationError("snapshot_max_partitions must be at least 1")
+        for name, minimum, unit in (
+            ("max_changes_per_chunk", 1, ""),
+            ("snapshot_partition_bytes", 1024 * 1024, " (1 MiB)"),
+            ("snapshot_max_partitions", 1, ""),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+                raise CdcConfigurationError(f"{name} must be a number of at least {minimum}{unit}, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -75,6 +78,7 @@ class PostgresJobSpec:
     options: CaptureOptions = field(default_factory=CaptureOptions)
     spark: SparkOptions = field(default_factory=SparkOptions)
     events: EventSettings = field(default_factory=EventSettings)
+    gap: CaptureGap | None = None  # a re-snapshot after lost changes records why
 
     connector = "postgresql"
 
@@ -98,6 +102,7 @@ class PostgresJobSpec:
             "options": self.options.to_dict(),
             "spark": self.spark.to_dict(),
             "events": self.events.to_dict(),
+            "gap": None if self.gap is None else self.gap.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -123,6 +128,7 @@ class PostgresJobSpec:
             options=CaptureOptions.from_dict(data.get("options") or {}),
             spark=SparkOptions.from_dict(data.get("spark") or {}),
             events=EventSettings.from_dict(data.get("events") or {}),
+            gap=CaptureGap.from_dict(data["gap"]) if data.get("gap") else None,
         )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, ServerConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError, ServerConfigurationError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
@@ -41,6 +41,10 @@ def connection_info_from(conn: Any) -> PgConnectionInfo:
     )
 
 
+# Connection failures that retrying cannot fix.
+_REFUSALS = ("password authentication failed", "no pg_hba.conf entry", "permission denied for database")
+
+
 class PostgresCdcHook(BaseHook):
     """Slot and publication administration, preflight checks and slot status."""
 
@@ -59,7 +63,16 @@ class PostgresCdcHook(BaseHook):
 
     def get_conn(self):  # -> psycopg.Connection
         """An autocommit psycopg connection with the capture's session settings."""
-        return connect(self.connection_info)
+        try:
+            return connect(self.connection_info)
+        except CdcTransientError as exc:
+            if not any(sign in str(exc) for sign in _REFUSALS):
+                raise
+            # Credentials and grants do not fix themselves: fail without retries, naming the connection.
+            raise CdcConfigurationError(
+                f"Airflow connection {self.postgres_conn_id!r} was refused by the server: {exc}. "
+                "Fix the connection's login and password (or the server's pg_hba.conf)"
+            ) from None
 
     @contextmanager
     def session(self) -> Iterator[Any]:
@@ -118,6 +131,13 @@ class PostgresCdcHook(BaseHook):
         with self.session() as conn:
             return admin.slot_status(conn, slot_name)
 
+    def slot_reading(self, slot_name: str) -> tuple[admin.SlotStatus | None, int]:
+        """The slot's status and ``max_slot_wal_keep_size`` in bytes (-1: unlimited)."""
+        from airflow_provider_cdc.cdc.sources.postgres.health import KEEP_SIZE_SQL
+
+        with self.session() as conn:
+            return admin.slot_status(conn, slot_name), int(conn.execute(KEEP_SIZE_SQL).fetchone()[0])
+
     def current_lsn(self) -> Lsn:
         with self.session() as conn:
             return admin.current_lsn(conn)
@@ -145,4 +165,11 @@ class PostgresCdcHook(BaseHook):
                 yield conn
             finally:
                 if not conn.closed:
-                    admin.release_capture_lock(conn, capture)
+                    import psycopg
+
+                    try:
+                        admin.release_capture_lock(conn, capture)
+                    except psycopg.OperationalError:
+                        # The session died (server restarted, connection dropped) and its lock
+                        # with it: do not hide the error the run is failing with, if any.
+                        self.log.warning("capture lock session of %r was lost; the server released the lock", capture)

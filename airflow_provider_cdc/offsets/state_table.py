@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import psycopg
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, quote_ident
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import StaleOffsetError
 
@@ -36,15 +38,46 @@ class PostgresStateTableOffsetStore:
     def _ensure_table(self, conn) -> None:
         if self._created:
             return
+        self._check_privileges(conn)
         exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table.quoted(),)).fetchone()[0]
         if not exists:
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (capture text PRIMARY KEY, revision bigint NOT NULL, "
-                    "document jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
-                ).format(self.table.sql())
-            )
+            try:
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (capture text PRIMARY KEY, revision bigint NOT NULL, "
+                        "document jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
+                    ).format(self.table.sql())
+                )
+            except (psycopg.errors.InvalidSchemaName, psycopg.errors.InsufficientPrivilege) as exc:
+                raise CdcConfigurationError(
+                    f"cannot create the offset table {self.table} (offset_table): {str(exc).splitlines()[0]}. "
+                    "Create its schema, grant CREATE on it, or choose another offset_table"
+                ) from None
         self._created = True
+
+    def _check_privileges(self, conn) -> None:
+        """Before anything is written: name the GRANT the role needs to create or use the table."""
+        row = conn.execute(
+            "SELECT current_user, has_schema_privilege(n.oid, 'USAGE'), has_schema_privilege(n.oid, 'CREATE'), "
+            "EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = %s), "
+            "array(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) AS p, pg_class c "
+            "      WHERE c.relnamespace = n.oid AND c.relname = %s AND NOT has_table_privilege(c.oid, p)) "
+            "FROM pg_namespace n WHERE n.nspname = %s",
+            (self.table.name, self.table.name, self.table.schema),
+        ).fetchone()
+        if row is None:
+            return  # no such schema: creating the table says so
+        user, usage, create, exists, missing = row
+        role, schema = quote_ident(user), quote_ident(self.table.schema)
+        fixes = [f"GRANT USAGE ON SCHEMA {schema} TO {role}"] if not usage else []
+        fixes += [f"GRANT CREATE ON SCHEMA {schema} TO {role}"] if not exists and not create else []
+        fixes += [f"GRANT {', '.join(missing)} ON {self.table} TO {role}"] if missing else []
+        if fixes:
+            raise CdcConfigurationError(
+                f"role {user!r} cannot {'use' if exists else 'create'} the offset table {self.table} "
+                f"(offset_table). Run: {'; '.join(fixes)}"
+                + ("" if exists else " (or have an administrator create it and GRANT SELECT, INSERT, UPDATE on it)")
+            )
 
     def load(self, capture: str) -> str | None:
         with self.hook.session() as conn:

@@ -17,16 +17,18 @@ from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
-from airflow_provider_cdc.cdc.sinks.storage import storage_for
+from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
+from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.window import Window, window_id_for
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
 from airflow_provider_cdc.version_compat import (
@@ -42,13 +44,24 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def fail_fast_on_terminal_errors() -> Iterator[None]:
-    """Terminal engine errors fail the task without retries; others propagate unchanged."""
+    """Terminal engine errors fail the task without retries; a PostgreSQL session that died mid-run
+    becomes a (retryable) CdcTransientError that says so; others propagate unchanged."""
+    import psycopg
+
+    from airflow_provider_cdc.cdc.errors import CdcTransientError
+
     try:
         yield
     except CdcError as exc:
         if exc.terminal:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
         raise
+    except psycopg.OperationalError as exc:  # a session of the run died: server restart, network, kill
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise CdcTransientError(
+            f"lost the connection to PostgreSQL during the run ({type(exc).__name__}: {detail}); "
+            "nothing past the stored offset was acknowledged, a retry continues from there"
+        ) from exc
 
 
 class _CaptureOperator(BaseOperator):
@@ -77,9 +90,19 @@ class PostgresCdcSetupOperator(_CaptureOperator):
         hook = self.hook()
         streams = planning.streams(capture.snapshot_mode)
         with fail_fast_on_terminal_errors():
+            check_writable(capture.sink_path)  # before anything is created
             with hook.session() as conn:
                 tables = capture.resolve_tables(conn)
             report = hook.preflight(tables, slot_name=capture.resolved_slot_name if streams else None)
+            for described in report.tables.values():  # column filters and masks that cannot apply
+                TableEncoder(described, described.columns, capture.event_settings())
+            store = capture.store()
+            stored = load_offset(store, capture.topic_prefix)  # malformed, or another capture's
+            if stored is not None:
+                stored.check_identity(
+                    capture.identity(report.server.system_identifier, report.server.database),
+                    source=store.describe(capture.topic_prefix),
+                )
             publication = hook.ensure_publication(
                 capture.resolved_publication_name, tables, capture.publication_autocreate_mode
             )
@@ -118,8 +141,11 @@ class _WindowOperator(_CaptureOperator):
             server = admin.server_info(conn)
             identity = capture.identity(server.system_identifier, server.database)
             store = capture.store()
+            check_writable(capture.sink_path)
             commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
             stored = load_offset(store, capture.topic_prefix)
+            if stored is not None:  # checked again by reconcile; here the message names the store
+                stored.check_identity(identity, source=store.describe(capture.topic_prefix))
             # A run killed moments ago may still have a walsender on the slot: let it go away.
             admin.wait_for_slot_release(conn, capture.resolved_slot_name, timeout=capture.slot_release_timeout_seconds)
             reconciled = planning.reconcile(stored, commit_log.latest(), identity)
@@ -215,6 +241,15 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                     state.save(state.offset)  # record a roll-forward found while deciding
                 raise AirflowSkipException(decision.reason)
             self.log.info("snapshot due: %s", decision.reason)
+            gap = _gap(decision, state.offset, slot)
+            if gap is not None:
+                self.log.warning(
+                    "capture %s lost changes after %s (%s): re-snapshotting; the gap is recorded in %s",
+                    capture.topic_prefix,
+                    gap.last_lsn,
+                    gap.reason,
+                    gap_topic(capture.topic_prefix),
+                )
             if planning.streams(capture.snapshot_mode):
                 if slot is not None and slot.wal_lost and capture.snapshot_mode == "when_needed":
                     self.log.warning("dropping slot %r: its WAL was lost", slot.slot_name)
@@ -230,7 +265,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
             state.save(pending)
             faults.point("operator.pending_saved")
-            entry = self._run_job(self._spec(state, window, state.offset))
+            entry = self._run_job(replace(self._spec(state, window, state.offset), gap=gap))
             committed = planning.offset_after_commit(state.offset, entry, state.identity)
             # Remember which tables the snapshot covered: a table that joins later has no snapshot.
             state.save(replace(committed, extra={**committed.extra, "tables": [r.to_json() for r in state.tables]}))
@@ -265,20 +300,32 @@ class PostgresCdcBatchOperator(_WindowOperator):
         capture = self.capture
         if not planning.streams(capture.snapshot_mode):
             raise AirflowSkipException("snapshot_mode='initial_only': this capture does not stream")
-        requested = Lsn(self.upto_lsn) if self.upto_lsn not in (None, "") else None
+        try:
+            requested = Lsn(self.upto_lsn) if self.upto_lsn not in (None, "") else None
+        except InvalidLsnError as exc:
+            raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
         with self._state() as state:
             self._refuse_tables_without_snapshot(state)
             slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
-            current = admin.current_lsn(state.conn)
-            plan = planning.plan_stream_window(
-                mode=capture.snapshot_mode,
-                offset=state.offset,
-                slot=slot,
-                identity=state.identity,
-                target=requested if requested is not None else current,
-                current_lsn=current,
-                now_ms=_now_ms(),
-            )
+
+            def plan_window() -> planning.StreamPlan:
+                current = admin.current_lsn(state.conn)
+                return planning.plan_stream_window(
+                    mode=capture.snapshot_mode,
+                    offset=state.offset,
+                    slot=slot,
+                    identity=state.identity,
+                    target=requested if requested is not None else current,
+                    current_lsn=current,
+                    now_ms=_now_ms(),
+                )
+
+            plan = plan_window()  # validates everything before the heartbeat writes to the source
+            retrying = state.offset is not None and plan.window == state.offset.pending
+            if capture.heartbeat_action_query and not retrying:
+                admin.run_heartbeat(state.conn, capture.heartbeat_action_query)
+                if requested is None:
+                    plan = plan_window()  # a target after the heartbeat, so it lands in this window
             for note in plan.notes:
                 self.log.warning("%s", note)
             if plan.acknowledge_first is not None:
@@ -405,7 +452,8 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
 def _summary(
     entry: CommitEntry, capture: PostgresCapture, *, confirmed_lsn: Lsn | None, slot: admin.SlotStatus | None
 ) -> dict[str, Any]:
-    events = {d.topic: dict(d.ops) for d in entry.datasets if not d.topic.endswith(".transaction")}
+    side = side_topics(capture.topic_prefix)
+    events = {d.topic: dict(d.ops) for d in entry.datasets if d.topic not in side}
     return {
         "window_id": entry.window_id,
         "kind": entry.window.kind,
@@ -418,7 +466,24 @@ def _summary(
         "bytes_behind": None if slot is None else slot.pending_bytes,
         "sink_path": capture.sink_path,
         "job_pid": entry.stats.get("job_pid"),
+        "gap": entry.stats.get("gap"),
     }
+
+
+def _gap(
+    decision: planning.SnapshotDecision, offset: PostgresOffset | None, slot: admin.SlotStatus | None
+) -> CaptureGap | None:
+    if decision.gap_reason is None:
+        return None
+    return CaptureGap(
+        reason=decision.gap_reason,
+        detail=decision.reason,
+        last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
+        last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
+        slot_confirmed_lsn=None if slot is None or slot.confirmed_flush_lsn is None else str(slot.confirmed_flush_lsn),
+        wal_status=None if slot is None else slot.wal_status,
+        detected_ts_ms=_now_ms(),
+    )
 
 
 def _now_ms() -> int:

@@ -133,8 +133,9 @@ class PostgresCluster:
             with contextlib.suppress(subprocess.CalledProcessError):
                 self._run("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
 
-    def restart(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-m", "fast", "-w", "restart")
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart``: ``fast`` (sessions terminated cleanly) or ``immediate`` (a crash)."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-m", mode, "-w", "restart")
 
     def __enter__(self) -> PostgresCluster:
         return self.start()

@@ -56,6 +56,36 @@ def storage_for(base_path: str, spark_provider: Callable[[], Any] | None = None)
     return LocalStorage(base_path)
 
 
+def check_writable(base_path: str) -> None:
+    """Fail before anything is written when a local sink path cannot hold the sink.
+
+    The path need not exist yet; its nearest existing ancestor must be a directory this process
+    may create entries in. Hadoop URIs are left to their jobs (checking them needs the file system).
+    """
+    if not base_path or not str(base_path).strip():
+        raise CdcConfigurationError("sink_path is empty; give a local directory or a Hadoop URI")
+    if is_uri(base_path):
+        return
+    root = Path(base_path).expanduser().absolute()
+    nearest = root
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if nearest == root and not root.is_dir():
+        raise CdcConfigurationError(
+            f"sink_path {str(root)!r} exists and is not a directory: point sink_path at a directory"
+        )
+    if not nearest.is_dir():
+        raise CdcConfigurationError(
+            f"sink_path {str(root)!r} cannot be created: {str(nearest)!r} is a file, not a directory. "
+            "Choose another sink_path"
+        )
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise CdcConfigurationError(
+            f"sink_path {str(root)!r} is not writable: this process cannot create entries in "
+            f"{str(nearest)!r}. Fix its permissions or choose another sink_path"
+        )
+
+
 class LocalStorage:
     def __init__(self, base_path: str | os.PathLike[str]):
         self.root = Path(base_path).expanduser().absolute()

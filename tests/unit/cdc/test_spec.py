@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from airflow_provider_cdc.cdc.columns import ColumnRules
+from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
@@ -36,6 +38,9 @@ def test_job_spec_round_trips_without_the_password():
     back = PostgresJobSpec.from_json(text)
     assert back == spec and back.connection.password is None
     assert job_kind(text) == "window"
+    gap = CaptureGap("wal_lost", "WAL removed", "0000000002", "0/14", "0/1E", "lost", 123)
+    with_gap = dataclasses.replace(spec, connection=back.connection, gap=gap)
+    assert PostgresJobSpec.from_json(with_gap.to_json()) == with_gap
 
 
 def test_state_spec_round_trips():

@@ -159,7 +159,8 @@ def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]
     not_tables = [f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if found[r][1] not in ("r", "p")]
     if not_tables:
         raise CdcConfigurationError(
-            f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}"
+            f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}. "
+            "Capture the underlying tables instead"
         )
     oids = [found[r][0] for r in refs]
     attributes = conn.execute(
@@ -231,7 +232,8 @@ def resolve_tables(
     if not refs:
         raise UnknownTableError(
             f"no table to capture: table_include_list {list(include)} and table_exclude_list {list(exclude)} "
-            f"leave nothing{' of ' + ', '.join(map(str, explicit)) if explicit else ''}"
+            f"leave nothing{' of ' + ', '.join(map(str, explicit)) if explicit else ''}. Patterns are regular "
+            "expressions that must match a whole 'schema.table' name (e.g. 'public\\.order.*')"
         )
     return tuple(sorted(refs))
 
@@ -256,12 +258,20 @@ def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
         elif table.replica_identity == "i" and not table.key_columns:
             problems.append(f"{table.ref} uses REPLICA IDENTITY USING INDEX but the index is gone")
     if tables:
+        role = sql_ident(conn.execute("SELECT current_user").fetchone()[0])
+        for (schema,) in conn.execute(
+            "SELECT DISTINCT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = ANY(%s) AND NOT has_schema_privilege(n.oid, 'USAGE') ORDER BY 1",
+            ([t.oid for t in tables],),
+        ).fetchall():
+            schema = sql_ident(schema)
+            problems.append(f"the capture role cannot use schema {schema}: GRANT USAGE ON SCHEMA {schema} TO {role}")
         denied = conn.execute(
             "SELECT t FROM unnest(%s::oid[], %s::text[]) AS x(o, t) WHERE NOT has_table_privilege(o, 'SELECT')",
             ([t.oid for t in tables], [str(t.ref) for t in tables]),
         ).fetchall()
         for (name,) in denied:
-            problems.append(f"the capture role cannot SELECT from {name}: GRANT SELECT ON {name} TO <role>")
+            problems.append(f"the capture role cannot SELECT from {name}: GRANT SELECT ON {name} TO {role}")
     return problems
 
 
@@ -392,6 +402,30 @@ def drop_slot(conn, slot: str) -> bool:
     return True
 
 
+def drop_publication(conn, name: str) -> bool:
+    if publication_tables(conn, name) is None:
+        return False
+    conn.execute(f"DROP PUBLICATION {sql_ident(name)}")
+    return True
+
+
+def run_heartbeat(conn, query: str) -> None:
+    """Run the user's heartbeat action query in its own transaction (its effects are captured)."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute(query)
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CdcConfigurationError(
+            f"heartbeat_action_query failed: {message}. Fix the query (it runs as the capture's "
+            "role in the captured database before each window) or remove it."
+        ) from None
+
+
 def advance_slot(conn, slot: str, lsn: Lsn) -> Lsn:
     """Acknowledge the slot up to ``lsn`` (never backwards). Returns the confirmed position."""
     status = slot_status(conn, slot)
@@ -450,6 +484,7 @@ def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "f
                 f"Create it: CREATE PUBLICATION {sql_ident(name)} FOR TABLE "
                 f"{', '.join(str(r) for r in refs)}"
             )
+        _require_publication_privileges(conn, name, refs, mode, create=True)
         if mode == "all_tables":
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
         else:
@@ -462,6 +497,7 @@ def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "f
     all_tables, tables, _flags = existing
     missing = [r for r in refs if not all_tables and r not in tables]
     if missing and mode == "filtered":
+        _require_publication_privileges(conn, name, missing, mode, create=False)
         conn.execute(
             sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                 sql.Identifier(name), sql.SQL(", ").join(r.sql() for r in missing)
@@ -490,6 +526,44 @@ def verify_publication(conn, name: str, refs: Sequence[TableRef]) -> None:
             f"publication {name!r} does not publish {', '.join(off)}; those changes would be missed. "
             f"Run: ALTER PUBLICATION {sql_ident(name)} SET (publish = 'insert, update, delete, truncate')"
         )
+
+
+def _require_publication_privileges(conn, name: str, refs: Sequence[TableRef], mode: str, *, create: bool) -> None:
+    """Fail naming the statements to run when the role may not create (or add tables to) the publication."""
+    user, database, superuser, can_create, owns_publication = conn.execute(
+        "SELECT current_user, current_database(), r.rolsuper, has_database_privilege(current_database(), 'CREATE'), "
+        "(SELECT pg_has_role(p.pubowner, 'USAGE') FROM pg_publication p WHERE p.pubname = %s) "
+        "FROM pg_roles r WHERE r.rolname = current_user",
+        (name,),
+    ).fetchone()
+    if superuser:
+        return
+    role, tables = sql_ident(user), ", ".join(str(r) for r in refs)
+    if create and mode == "all_tables":
+        needs, fixes = "FOR ALL TABLES needs a superuser", []
+        statement = f"CREATE PUBLICATION {sql_ident(name)} FOR ALL TABLES"
+    else:
+        not_owned = conn.execute(
+            "SELECT w.s, w.t FROM unnest(%s::text[], %s::text[]) AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s "
+            "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t WHERE NOT pg_has_role(c.relowner, 'USAGE')",
+            ([r.schema for r in refs], [r.name for r in refs]),
+        ).fetchall()
+        fixes = [f"ALTER TABLE {TableRef(s, t)} OWNER TO {role}" for s, t in not_owned]
+        if create:
+            needs = "CREATE PUBLICATION ... FOR TABLE needs CREATE on the database and ownership of every table"
+            fixes[:0] = [] if can_create else [f"GRANT CREATE ON DATABASE {sql_ident(database)} TO {role}"]
+            statement = f"CREATE PUBLICATION {sql_ident(name)} FOR TABLE {tables}"
+        else:
+            needs = "ALTER PUBLICATION ... ADD TABLE needs ownership of the publication and of the tables"
+            fixes[:0] = [] if owns_publication else [f"ALTER PUBLICATION {sql_ident(name)} OWNER TO {role}"]
+            statement = f"ALTER PUBLICATION {sql_ident(name)} ADD TABLE {tables}"
+        if not fixes:
+            return
+    raise PublicationError(
+        f"role {user!r} may not {'create' if create else 'alter'} publication {name!r} ({needs}). "
+        + (f"Run: {'; '.join(fixes)}. Or have" if fixes else "Have")
+        + f" an administrator run: {statement}; and set publication_autocreate_mode='disabled'"
+    )
 
 
 def try_capture_lock(conn, capture: str) -> None:

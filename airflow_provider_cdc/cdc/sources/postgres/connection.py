@@ -114,7 +114,11 @@ def connect(info: PgConnectionInfo, *, autocommit: bool = True):  # -> psycopg.C
     try:
         return psycopg.connect(info.conninfo(), autocommit=autocommit)
     except psycopg.OperationalError as exc:
-        raise CdcTransientError(f"cannot connect to PostgreSQL at {info.describe()}: {_first_line(exc)}") from None
+        message = _first_line(exc)
+        if "permission denied for database" in message:
+            quoted = ['"' + name.replace('"', '""') + '"' for name in (info.dbname, info.user)]
+            message += f". Run: GRANT CONNECT ON DATABASE {quoted[0]} TO {quoted[1]}"
+        raise CdcTransientError(f"cannot connect to PostgreSQL at {info.describe()}: {message}") from None
 
 
 def _first_line(exc: BaseException) -> str:

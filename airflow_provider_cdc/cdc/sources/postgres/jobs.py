@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import admin
@@ -54,7 +54,7 @@ def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) 
     log.info(
         "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
         entry.window.describe(),
-        sum(d.events for d in entry.datasets if not d.topic.endswith(".transaction")),
+        sum(d.events for d in entry.datasets if d.topic not in side_topics(spec.topic_prefix)),
         len(entry.datasets),
         entry.transactions,
         time.monotonic() - started,
@@ -77,7 +77,8 @@ def _lazy_session(spec: PostgresJobSpec) -> SparkProvider:
 
 def _topics(spec: PostgresJobSpec, tables: dict) -> list[Topic]:
     topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
-    return [*topics, Topic.transactions(spec.topic_prefix), Topic.messages(spec.topic_prefix)]
+    prefix = spec.topic_prefix
+    return [*topics, Topic.transactions(prefix), Topic.messages(prefix), Topic.gaps(prefix)]
 
 
 def _context(spec: PostgresJobSpec) -> EventContext:
@@ -214,10 +215,14 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             rows[topic.name] = writer.write_dataframe(topic, frame)
             log.info("snapshot of %s: %d rows", ref, rows[topic.name])
             faults.point("snapshot.table_written")
+    if spec.gap is not None:
+        # Committed with the snapshot, so the gap and the rows that restart history are one unit.
+        writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
     # The exported snapshot and the temporary slot end with the replication connection.
     return writer.commit(
         spec.window.with_end(creation.consistent_point),
         stats={
+            **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
             "rows": rows,
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_xmin": xmin,

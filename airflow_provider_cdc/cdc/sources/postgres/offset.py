@@ -22,6 +22,7 @@ from airflow_provider_cdc.cdc.window import Window
 
 OFFSET_FORMAT = 1
 CONNECTOR = "postgresql"
+_REMEDY = " Restore it (e.g. from a backup), or delete it to start the capture over with a new snapshot."
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,14 @@ class PostgresOffset:
             try:
                 data = json.loads(text)
             except (TypeError, ValueError) as exc:
-                raise InvalidOffsetError(f"{source}: the stored offset is not valid JSON ({exc})") from None
+                raise InvalidOffsetError(f"{source}: the stored offset is not valid JSON ({exc}).{_REMEDY}") from None
         if not isinstance(data, dict):
-            raise InvalidOffsetError(f"{source}: the stored offset is not a JSON object")
+            raise InvalidOffsetError(f"{source}: the stored offset is not a JSON object.{_REMEDY}")
         fmt = data.get("format")
         if not isinstance(fmt, int) or fmt < 1:
             raise InvalidOffsetError(
                 f"{source}: the stored offset has no valid 'format' version; it was not written by "
-                "airflow-provider-cdc (or was edited by hand)"
+                f"airflow-provider-cdc (or was edited by hand).{_REMEDY}"
             )
         if fmt > OFFSET_FORMAT:
             raise InvalidOffsetError(
@@ -104,7 +105,8 @@ class PostgresOffset:
             )
         if data.get("connector") != CONNECTOR:
             raise InvalidOffsetError(
-                f"{source}: the stored offset belongs to connector {data.get('connector')!r}, not {CONNECTOR!r}"
+                f"{source}: the stored offset belongs to connector {data.get('connector')!r}, not {CONNECTOR!r}."
+                f"{_REMEDY}"
             )
         try:
             return cls(
@@ -126,9 +128,9 @@ class PostgresOffset:
                 extra=dict(data.get("extra") or {}),
             )
         except InvalidOffsetError as exc:
-            raise InvalidOffsetError(f"{source}: {exc}") from None
+            raise InvalidOffsetError(f"{source}: {exc}.{_REMEDY}") from None
         except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidOffsetError(f"{source}: malformed offset document ({exc})") from None
+            raise InvalidOffsetError(f"{source}: malformed offset document ({exc}).{_REMEDY}") from None
 
     def check_identity(self, expected: OffsetIdentity, *, source: str = "offset store") -> None:
         """Refuse an offset that belongs to another server, database, slot or capture."""

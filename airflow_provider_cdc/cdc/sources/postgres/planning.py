@@ -113,6 +113,8 @@ def offset_after_commit(offset: PostgresOffset | None, entry: CommitEntry, ident
 class SnapshotDecision:
     run: bool
     reason: str
+    # Set when a completed capture must re-snapshot because changes were lost (a gap).
+    gap_reason: str | None = None
 
 
 def decide_snapshot(mode: str, offset: PostgresOffset | None, slot: SlotStatus | None) -> SnapshotDecision:
@@ -131,15 +133,16 @@ def decide_snapshot(mode: str, offset: PostgresOffset | None, slot: SlotStatus |
     if not completed:
         return SnapshotDecision(True, "snapshot_mode='when_needed': no completed snapshot yet")
     if slot is None:
-        return SnapshotDecision(True, "snapshot_mode='when_needed': the replication slot is missing")
+        return SnapshotDecision(True, "snapshot_mode='when_needed': the replication slot is missing", "slot_missing")
     if slot.wal_lost:
-        return SnapshotDecision(True, "snapshot_mode='when_needed': the slot's WAL was removed")
+        return SnapshotDecision(True, "snapshot_mode='when_needed': the slot's WAL was removed", "wal_lost")
     assert offset is not None
     if offset.lsn is not None and slot.confirmed_flush_lsn is not None and slot.confirmed_flush_lsn > offset.lsn:
         return SnapshotDecision(
             True,
             f"snapshot_mode='when_needed': the slot ({slot.confirmed_flush_lsn}) moved past the "
             f"stored offset ({offset.lsn})",
+            "slot_ahead",
         )
     return SnapshotDecision(False, "snapshot_mode='when_needed': the stored offset is still available")
 
@@ -221,7 +224,10 @@ def plan_stream_window(
             "before it starts (windows already captured are replayed from the sink, not the slot)"
         )
     if target > current_lsn:
-        raise InvalidLsnError(f"upto_lsn {target} is ahead of the server's current WAL position {current_lsn}")
+        raise InvalidLsnError(
+            f"upto_lsn {target} is ahead of the server's current WAL position {current_lsn}: give a "
+            "position the server has written, or leave upto_lsn empty for the current position"
+        )
     window = Window(
         seq=offset.window_seq + 1,
         kind="stream",

@@ -125,6 +125,21 @@ class ReplicationConnection:
 
     def frames(self, *, idle_timeout: float) -> Iterator[XLogData | Keepalive]:
         """Replication frames as they arrive. Raises if nothing arrives for ``idle_timeout``."""
+        from psycopg import OperationalError
+
+        try:
+            yield from self._frames(idle_timeout)
+        except OperationalError as exc:  # the socket failed under libpq (no error from the server)
+            raise self._lost(str(exc)) from None
+
+    def _lost(self, message: str) -> CdcTransientError:
+        return CdcTransientError(
+            f"lost the replication connection to {self._info.describe()} while streaming: "
+            f"{' '.join(message.split()).rstrip('.') or 'the server ended the stream'}. Nothing read on it was "
+            "acknowledged; a retry streams the same changes again"
+        )
+
+    def _frames(self, idle_timeout: float) -> Iterator[XLogData | Keepalive]:
         conn = self._conn
         last_frame = time.monotonic()
         while True:
@@ -155,7 +170,7 @@ class ReplicationConnection:
             # -1: the server ended the copy; -2: error
             result = conn.get_result()
             message = _error_text(result.error_message if result else conn.error_message)
-            raise CdcTransientError(f"replication stream from {self._info.describe()} ended: {message}")
+            raise self._lost(message)
 
     def send_status(self) -> None:
         """A standby status update that reports no position: keeps the walsender from timing

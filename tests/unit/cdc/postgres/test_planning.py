@@ -124,6 +124,20 @@ class TestSnapshotDecision:
         assert decision.run is run
         assert mode in decision.reason
 
+    @pytest.mark.parametrize(
+        ("mode", "off", "status", "gap"),
+        [
+            ("when_needed", None, None, None),  # first snapshot: nothing was captured, nothing lost
+            ("when_needed", offset(completed=False), None, None),
+            ("when_needed", offset(), None, "slot_missing"),
+            ("when_needed", offset(), slot(wal_status="lost"), "wal_lost"),
+            ("when_needed", offset(lsn=100), slot(confirmed=200), "slot_ahead"),
+            ("always", offset(), None, None),  # every run re-snapshots by choice: not a gap
+        ],
+    )
+    def test_a_resnapshot_after_lost_changes_is_a_gap(self, mode, off, status, gap):
+        assert decide_snapshot(mode, off, status).gap_reason == gap
+
     def test_unknown_mode(self):
         with pytest.raises(CdcConfigurationError, match="snapshot_mode 'exported' is not supported"):
             decide_snapshot("exported", None, None)

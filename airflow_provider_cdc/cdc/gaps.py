@@ -1,0 +1,57 @@
+"""Capture gaps: the explicit record that changes between two windows could not be captured.
+
+When ``snapshot_mode='when_needed'`` re-snapshots because the slot was dropped, its WAL was
+removed, or something else moved it past the stored offset, the changes between the last
+committed window and the new snapshot are gone. The re-snapshot window then carries one row in
+the ``<prefix>.capture_gap`` side table (and the same facts in its commit-log entry), so
+consumers can see the discontinuity instead of trusting a history with a silent hole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead")
+
+GAP_SCHEMA = pa.schema(
+    [
+        pa.field("window_id", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("last_window_id", pa.string()),
+        pa.field("last_lsn", pa.string()),
+        pa.field("slot_confirmed_lsn", pa.string()),
+        pa.field("wal_status", pa.string()),
+        pa.field("detected_ts_ms", pa.int64(), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class CaptureGap:
+    """Why a re-snapshot was needed, and where the captured history stops before it."""
+
+    reason: str  # one of GAP_REASONS
+    detail: str
+    last_window_id: str | None  # last window committed before the gap
+    last_lsn: str | None  # stored offset: everything before it was captured
+    slot_confirmed_lsn: str | None
+    wal_status: str | None
+    detected_ts_ms: int
+
+    def __post_init__(self) -> None:
+        if self.reason not in GAP_REASONS:
+            raise ValueError(f"unknown gap reason {self.reason!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaptureGap:
+        return cls(**data)
+
+    def to_batch(self, window_id: str) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([{"window_id": window_id, **self.to_dict()}], schema=GAP_SCHEMA)
