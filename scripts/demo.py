@@ -97,7 +97,7 @@ def _run_airflow(cluster, shop) -> int:
                 ).first()
                 states[ti.task_id] = (ti.state, XComModel.deserialize_value(row) if row is not None else None)
         print(f"   run {run.run_id}: {run.state} in {time.monotonic() - started:.1f}s")
-        for task_id in ("setup", "snapshot", "capture_window", "current_state"):
+        for task_id in ("setup", "snapshot", "capture_window", "current_state", "slot_health"):
             print(f"     {task_id:15} {states.get(task_id, ('?', None))[0]}")
         if run.state != "success":
             print("\nthe DAG run failed; see the task logs above", file=sys.stderr)
@@ -110,6 +110,7 @@ def _run_airflow(cluster, shop) -> int:
 def _report(lake: Path, runs) -> None:
     import pyarrow.compute as pc
 
+    from airflow_provider_cdc.cdc.naming import side_topics
     from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 
     print("\n== what landed")
@@ -117,7 +118,7 @@ def _report(lake: Path, runs) -> None:
     for entry in committed_windows(str(lake), "shop"):
         w = entry.window
         span = f"at {w.to_lsn}" if w.kind == "snapshot" else f"[{w.from_lsn}, {w.to_lsn})"
-        events = sum(d.events for d in entry.datasets if not d.topic.endswith(".transaction"))
+        events = sum(d.events for d in entry.datasets if d.topic not in side_topics("shop"))
         print(f"     {w.window_id} {w.kind:8} {span:28} {events:5} events {entry.transactions:3} transactions")
     print("\n   runs (XCom of the window task):")
     for logical_date, states in runs:
@@ -126,6 +127,11 @@ def _report(lake: Path, runs) -> None:
             f"     {logical_date:%H:%M} window {summary.get('window_id')} "
             f"LSN [{summary.get('from_lsn')}, {summary.get('to_lsn')}) "
             f"{summary.get('changes')} changes, slot confirmed at {summary.get('slot_confirmed_lsn')}"
+        )
+        health = (states.get("slot_health", (None, None))[1] or {}).get("metrics", {})
+        print(
+            f"           slot health: {health.get('wal_status')}, {health.get('retained_bytes')} bytes of WAL "
+            f"retained, {health.get('lag_bytes')} bytes behind"
         )
     print("\n   events per table and op:")
     for table in ("customers", "orders", "order_items"):

@@ -9,16 +9,16 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, ConcurrentCaptureError
+from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, SlotHealth, assess
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
-from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
+from airflow_provider_cdc.operators.postgres_cdc import _CaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcSlotHealthTrigger
-from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, BaseOperator, Context
+from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context
 
 
-class PostgresCdcSlotHealthOperator(BaseOperator):
+class PostgresCdcSlotHealthOperator(_CaptureOperator):
     """Report a capture slot's lag and fail *before* the server would invalidate it.
 
     Fails (so Airflow's alerting fires) when the slot is missing or lost, when its WAL is past
@@ -51,10 +51,7 @@ class PostgresCdcSlotHealthOperator(BaseOperator):
         deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if not isinstance(capture, PostgresCapture):
-            raise CdcConfigurationError(f"capture must be a PostgresCapture, got {type(capture).__name__}")
-        self.capture = capture
+        super().__init__(capture=capture, **kwargs)
         self.max_retained_fraction = max_retained_fraction
         self.max_retained_bytes = max_retained_bytes
         self.max_lag_bytes = max_lag_bytes
@@ -77,7 +74,7 @@ class PostgresCdcSlotHealthOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         thresholds = self._thresholds()
         slot = self.capture.resolved_slot_name
-        hook = PostgresCdcHook(self.capture.postgres_conn_id)
+        hook = self.hook()
         deadline = time.monotonic() + float(self.watch_seconds)
         while True:
             with fail_fast_on_terminal_errors():
@@ -118,7 +115,7 @@ def _reading(hook: PostgresCdcHook, slot: str) -> tuple[admin.SlotStatus | None,
     return status, slot, keep
 
 
-class PostgresCdcTeardownOperator(BaseOperator):
+class PostgresCdcTeardownOperator(_CaptureOperator):
     """Drop a capture's replication slot (and publication) — only when explicitly confirmed.
 
     Dropping the slot releases the WAL it pins and ends the capture: changes after that are not
@@ -145,10 +142,7 @@ class PostgresCdcTeardownOperator(BaseOperator):
         delete_offset: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if not isinstance(capture, PostgresCapture):
-            raise CdcConfigurationError(f"capture must be a PostgresCapture, got {type(capture).__name__}")
-        self.capture = capture
+        super().__init__(capture=capture, **kwargs)
         self.confirm = confirm
         self.drop_publication = drop_publication
         self.delete_offset = delete_offset
@@ -161,7 +155,7 @@ class PostgresCdcTeardownOperator(BaseOperator):
                 f"match its topic_prefix. Set confirm={capture.topic_prefix!r} to drop slot "
                 f"{capture.resolved_slot_name!r}" + (" and its publication" if self.drop_publication else "")
             )
-        hook = PostgresCdcHook(capture.postgres_conn_id)
+        hook = self.hook()
         with fail_fast_on_terminal_errors(), hook.capture_lock(capture.topic_prefix) as conn:
             status = admin.slot_status(conn, capture.resolved_slot_name)
             if status is not None and status.active:

@@ -2,8 +2,10 @@
 
 Each run captures one finite window of committed changes into Debezium-shaped Parquet
 datasets (one per table, plus ``shop.transaction``) and acknowledges the slot afterwards.
-The snapshot task runs once (``snapshot_mode="initial"``) and is skipped afterwards. The last
-task folds the new window into current-state tables (one row per key, like the source).
+The snapshot task runs once (``snapshot_mode="initial"``) and is skipped afterwards. Then one
+task folds the new window into current-state tables (one row per key, like the source), and a
+health check reports the slot's lag and fails (alerting) well before the server's
+``max_slot_wal_keep_size`` would invalidate the slot, even when the window itself failed.
 
 Configuration comes from the ``shop_db`` Airflow connection (type postgres) and the
 ``CDC_EXAMPLE_SINK_PATH`` / ``CDC_EXAMPLE_STATE_PATH`` environment variables; the demo
@@ -25,6 +27,7 @@ from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcSetupOperator,
     PostgresCdcSnapshotOperator,
 )
+from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
 
 capture = PostgresCapture(
     postgres_conn_id="shop_db",
@@ -51,4 +54,5 @@ with DAG(
         capture=capture,
         state_path=os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state"),
     )
-    setup >> snapshot >> window >> state
+    health = PostgresCdcSlotHealthOperator(task_id="slot_health", capture=capture, trigger_rule="all_done")
+    setup >> snapshot >> window >> [state, health]

@@ -54,6 +54,9 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     status = db.slot_status(capture.resolved_slot_name)
     assert status.confirmed_flush_lsn == Lsn(windows[-1]["to_lsn"])
     assert [r.tasks["current_state"] for r in results] == ["success"] * 3
+    health = [r.xcom["slot_health"] for r in results]
+    assert all(h["healthy"] and h["metrics"]["wal_status"] == "reserved" for h in health)
+    assert health[-1]["metrics"]["confirmed_flush_lsn"] == windows[-1]["to_lsn"]
     with db.connect() as conn:
         for table, keys in KEYS.items():
             source = source_rows(conn, table, keys)
