@@ -179,6 +179,7 @@ def test_stream_windows_killed_at_every_step_lose_and_duplicate_nothing(crash_db
 
 
 @pytest.mark.skipif(not os.environ.get("CDC_CRASH_SWEEP"), reason="set CDC_CRASH_SWEEP=<n> for the long sweep")
+@pytest.mark.timeout(4 * 3600)  # the suite's 15-minute limit is for ordinary tests
 def test_crash_sweep(crash_db, tmp_path):
     """``CDC_CRASH_SWEEP`` crashes at random fault points, random occurrences, random moments."""
     db, conn_id = crash_db
