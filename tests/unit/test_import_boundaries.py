@@ -56,7 +56,7 @@ print(json.dumps({{"spark": sorted(m for m in sys.modules if m.startswith(("pysp
 """
     result = json.loads(run_python(code))
     assert result["spark"] == []
-    assert result["tasks"] == ["capture_window", "current_state", "setup", "snapshot"]
+    assert result["tasks"] == ["capture_window", "current_state", "setup", "slot_health", "snapshot"]
 
 
 def test_provider_is_registered_as_an_entry_point():
