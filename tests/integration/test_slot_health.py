@@ -143,6 +143,12 @@ def test_health_thresholds_and_the_deferred_watch(small_wal_db, tmp_path):
     db.setup_capture(list(shop.TABLES))
     errors: dict = {}
     capture = make_capture(db, conn_id, tmp_path)
+    # Deferred: the watch runs in a trigger (dag.test runs it in-process) and reports at its end.
+    started = time.monotonic()
+    deferred = health_dag(f"defer_{db.name}", capture, errors, deferrable=True, watch_seconds=2)
+    watched = af.run(deferred, 0, errors=errors)
+    assert watched.state == "success", errors
+    assert watched.xcom["health"]["healthy"] and time.monotonic() - started >= 2
     _fill_wal(db, 12 * 1024 * 1024)  # over a quarter of the keep size retained
     fraction = af.run(health_dag(f"frac_{db.name}", capture, errors, max_retained_fraction=0.25), 0, errors=errors)
     assert "of max_slot_wal_keep_size" in fraction.error("health") and "Run the capture more often" in fraction.error(
