@@ -1,0 +1,194 @@
+"""What an hourly run costs when there is nothing to capture.
+
+    .venv/bin/python bench/idle_run.py --runs 5
+
+Starts a throwaway PostgreSQL 15 with the shop tables, runs the capture DAG (setup → snapshot →
+window → slot health) once for the initial snapshot, then ``--runs`` times with the captured
+tables idle while an unrelated table keeps writing WAL. Each run is a fresh Python process
+(like an Airflow worker), so a JVM started by the snapshot cannot hide one started by an idle
+run. Per idle run it reports the window task's time and the whole DAG run's, whether the
+process imported pyspark or started a JVM, and whether the slot was acknowledged past the WAL
+the neighbour wrote. Figures are medians over the idle runs; the limit is the time of one
+trivial query on a fresh connection (connect + ``SELECT 1``), measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _dag(conn_id: str, sink: str):
+    import pendulum
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc.capture import PostgresCapture
+    from airflow_provider_cdc.operators.postgres_cdc import (
+        PostgresCdcBatchOperator,
+        PostgresCdcSetupOperator,
+        PostgresCdcSnapshotOperator,
+    )
+    from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
+    from airflow_provider_cdc.testing import shop
+
+    capture = PostgresCapture(postgres_conn_id=conn_id, tables=list(shop.TABLES), topic_prefix="shop", sink_path=sink)
+    with DAG("idle_bench", schedule="@hourly", start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        window = PostgresCdcBatchOperator(task_id="window", capture=capture)
+        (
+            PostgresCdcSetupOperator(task_id="setup", capture=capture)
+            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
+            >> window
+            >> PostgresCdcSlotHealthOperator(task_id="slot_health", capture=capture)
+        )
+    return dag
+
+
+def run_once(hour: int, sink: str) -> dict:
+    """One DAG run in this (fresh) process; prints what it cost as JSON."""
+    import pendulum
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    dag = _dag("shop_db", sink)
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+    logical_date = pendulum.datetime(2026, 1, 1, tz="UTC").add(hours=hour)
+    started = time.monotonic()
+    run = dag.test(logical_date=logical_date, run_after=logical_date)
+    total = time.monotonic() - started
+    tasks, window = {}, None
+    with create_session() as session:
+        for ti in run.get_task_instances(session=session):
+            tasks[ti.task_id] = {"state": str(ti.state), "seconds": ti.duration}
+            if ti.task_id == "window":
+                row = session.scalars(
+                    XComModel.get_many(run_id=run.run_id, dag_ids=dag.dag_id, task_ids="window", key="return_value")
+                ).first()
+                window = XComModel.deserialize_value(row) if row is not None else None
+    pyspark = sys.modules.get("pyspark")
+    jvm = bool(pyspark is not None and pyspark.SparkContext._active_spark_context is not None)
+    return {
+        "state": str(run.state),
+        "dag_seconds": total,
+        "tasks": tasks,
+        "window": window,
+        "pyspark_imported": pyspark is not None,
+        "jvm_started": jvm,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="idle runs after the initial snapshot run")
+    parser.add_argument("--neighbour-rows", type=int, default=20000, help="rows an unrelated table writes per hour")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: one run, in a fresh process
+    args = parser.parse_args()
+    if args.child is not None:
+        print("RESULT " + json.dumps(run_once(args.child, os.environ["CDC_BENCH_SINK"])))
+        return 0
+
+    import psycopg
+
+    from airflow_provider_cdc.testing import shop
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
+
+    work = Path(tempfile.mkdtemp(prefix="cdc-bench-idle-"))
+    cluster = PostgresCluster(available_flavours()["pg15"], scratch_dir("cdc-bench-idle-pg-")).start()
+    try:
+        cluster.create_database("shop")
+        with cluster.connect("shop") as conn:
+            shop.create_schema(conn)
+            shop.seed(conn)
+            conn.execute("CREATE TABLE neighbour (id bigserial PRIMARY KEY, v text)")  # not captured
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(work / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
+            "AIRFLOW_CONN_SHOP_DB": cluster.airflow_uri("shop"),
+            "CDC_BENCH_SINK": str(work / "lake"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        (work / "dags").mkdir()
+        initdb = "from airflow.utils import db; db.initdb()"
+        subprocess.run([sys.executable, "-c", initdb], env=env, check=True, capture_output=True)
+
+        def child(hour: int) -> dict:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", str(hour)], env=env, capture_output=True, text=True, cwd=ROOT
+            )
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+                raise SystemExit(f"run {hour} failed")
+            return json.loads(line[len("RESULT ") :])
+
+        first = child(0)
+        print(f"initial run (snapshot): {first['dag_seconds']:.1f} s, JVM started: {first['jvm_started']}")
+        rows = []
+        for hour in range(1, args.runs + 1):
+            with cluster.connect("shop") as conn:
+                before = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+                conn.execute(
+                    "INSERT INTO neighbour (v) SELECT repeat('n', 100) FROM generate_series(1, %s)",
+                    (args.neighbour_rows,),
+                )
+                after = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+                neighbour_bytes = conn.execute("SELECT %s::pg_lsn - %s::pg_lsn", (after, before)).fetchone()[0]
+            result = child(hour)
+            with cluster.connect("shop") as conn:
+                confirmed = conn.execute(
+                    "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = 'cdc_shop'",
+                    (after,),
+                ).fetchone()[0]
+            rows.append((hour, result, int(neighbour_bytes), confirmed))
+
+        limits = []
+        for _ in range(5):
+            started = time.monotonic()
+            with psycopg.connect(cluster.dsn("shop")) as conn:
+                conn.execute("SELECT 1")
+            limits.append(time.monotonic() - started)
+        limit = statistics.median(limits)
+
+        print(
+            "| idle run | window task s | DAG run s | pyspark imported | JVM started | neighbour WAL "
+            "| slot acknowledged past it |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for hour, result, neighbour_bytes, confirmed in rows:
+            window = result["tasks"]["window"]
+            print(
+                f"| {hour} | {window['seconds']:.2f} | {result['dag_seconds']:.2f} | {result['pyspark_imported']} | "
+                f"{result['jvm_started']} | {neighbour_bytes:,} B | {confirmed} |"
+            )
+        window_median = statistics.median(r[1]["tasks"]["window"]["seconds"] for r in rows)
+        dag_median = statistics.median(r[1]["dag_seconds"] for r in rows)
+        print(f"median window task: {window_median:.2f} s; median DAG run: {dag_median:.2f} s")
+        print(f"limit (connect + SELECT 1): {limit * 1000:.1f} ms; window task / limit: {window_median / limit:.0f}x")
+        ok = all(r[1]["state"] == "success" and not r[1]["jvm_started"] and r[3] for r in rows)
+        print("idle runs: " + ("no JVM, slot acknowledged every time" if ok else "NOT as expected (see the table)"))
+        return 0 if ok else 1
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.base_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
