@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, quote_ident
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import StaleOffsetError
@@ -50,7 +51,7 @@ class PostgresStateTableOffsetStore:
                 )
             except (psycopg.errors.InvalidSchemaName, psycopg.errors.InsufficientPrivilege) as exc:
                 raise CdcConfigurationError(
-                    f"cannot create the offset table {self.table} (offset_table): {str(exc).splitlines()[0]}. "
+                    f"cannot create the offset table {self.table} (offset_table): {first_line(exc)}. "
                     "Create its schema, grant CREATE on it, or choose another offset_table"
                 ) from None
         self._created = True

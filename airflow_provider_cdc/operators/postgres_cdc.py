@@ -144,11 +144,11 @@ class _WindowOperator(_CaptureOperator):
             check_writable(capture.sink_path)
             commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
             stored = load_offset(store, capture.topic_prefix)
-            if stored is not None:  # checked again by reconcile; here the message names the store
-                stored.check_identity(identity, source=store.describe(capture.topic_prefix))
             # A run killed moments ago may still have a walsender on the slot: let it go away.
             admin.wait_for_slot_release(conn, capture.resolved_slot_name, timeout=capture.slot_release_timeout_seconds)
-            reconciled = planning.reconcile(stored, commit_log.latest(), identity)
+            reconciled = planning.reconcile(
+                stored, commit_log.latest(), identity, source=store.describe(capture.topic_prefix)
+            )
             for note in reconciled.notes:
                 self.log.warning("%s", note)
             state = _RunState(self, hook, conn, identity, store, commit_log, stored, reconciled.offset)

@@ -12,7 +12,6 @@ from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, SlotHealth, assess
-from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.operators.postgres_cdc import _CaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcSlotHealthTrigger
 from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context
@@ -78,7 +77,8 @@ class PostgresCdcSlotHealthOperator(_CaptureOperator):
         deadline = time.monotonic() + float(self.watch_seconds)
         while True:
             with fail_fast_on_terminal_errors():
-                health = assess(*_reading(hook, slot), thresholds)
+                status, keep_size = hook.slot_reading(slot)
+                health = assess(status, slot, keep_size, thresholds)
             if not health.healthy or time.monotonic() >= deadline:
                 return self._verdict(health.to_dict())
             if self.deferrable:
@@ -108,11 +108,6 @@ class PostgresCdcSlotHealthOperator(_CaptureOperator):
             raise AirflowFailException(report["message"])
         self.log.info("%s", report["message"])
         return report
-
-
-def _reading(hook: PostgresCdcHook, slot: str) -> tuple[admin.SlotStatus | None, str, int]:
-    status, keep = hook.slot_reading(slot)
-    return status, slot, keep
 
 
 class PostgresCdcTeardownOperator(_CaptureOperator):

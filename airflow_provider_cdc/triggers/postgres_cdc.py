@@ -124,6 +124,8 @@ async def _read_slot(info: Any, slot_name: str) -> tuple[admin.SlotStatus | None
     """(slot status, max_slot_wal_keep_size in bytes) with psycopg's async connection."""
     import psycopg
 
+    from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
+
     try:
         async with await psycopg.AsyncConnection.connect(info.conninfo(), autocommit=True) as conn:
             cursor = await conn.execute(admin.SLOT_STATUS_SQL, (slot_name,))
@@ -131,6 +133,5 @@ async def _read_slot(info: Any, slot_name: str) -> tuple[admin.SlotStatus | None
             cursor = await conn.execute(KEEP_SIZE_SQL)
             keep = (await cursor.fetchone())[0]
     except psycopg.Error as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return TriggerEvent({"status": "error", "message": f"cannot read slot status: {message}"})
+        return TriggerEvent({"status": "error", "message": f"cannot read slot status: {first_line(exc)}"})
     return (None if row is None else admin.slot_status_from_row(row)), int(keep)

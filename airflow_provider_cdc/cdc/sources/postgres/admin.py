@@ -413,15 +413,16 @@ def run_heartbeat(conn, query: str) -> None:
     """Run the user's heartbeat action query in its own transaction (its effects are captured)."""
     import psycopg
 
+    from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
+
     try:
         with conn.transaction():
             conn.execute(query)
     except psycopg.OperationalError:
         raise
     except psycopg.Error as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CdcConfigurationError(
-            f"heartbeat_action_query failed: {message}. Fix the query (it runs as the capture's "
+            f"heartbeat_action_query failed: {first_line(exc)}. Fix the query (it runs as the capture's "
             "role in the captured database before each window) or remove it."
         ) from None
 

@@ -114,12 +114,13 @@ def connect(info: PgConnectionInfo, *, autocommit: bool = True):  # -> psycopg.C
     try:
         return psycopg.connect(info.conninfo(), autocommit=autocommit)
     except psycopg.OperationalError as exc:
-        message = _first_line(exc)
+        message = first_line(exc)
         if "permission denied for database" in message:
             quoted = ['"' + name.replace('"', '""') + '"' for name in (info.dbname, info.user)]
             message += f". Run: GRANT CONNECT ON DATABASE {quoted[0]} TO {quoted[1]}"
         raise CdcTransientError(f"cannot connect to PostgreSQL at {info.describe()}: {message}") from None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (psycopg adds DETAIL/HINT/CONTEXT lines), or its type."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

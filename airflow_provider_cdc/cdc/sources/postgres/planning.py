@@ -62,11 +62,16 @@ def reconcile(
     offset: PostgresOffset | None,
     last_commit: CommitEntry | None,
     identity: OffsetIdentity,
+    *,
+    source: str = "offset store",
 ) -> Reconciled:
-    """Bring the stored offset in line with the sink's commit log (the durable record)."""
+    """Bring the stored offset in line with the sink's commit log (the durable record).
+
+    ``source`` names where the offset came from, for the error when it belongs to another capture.
+    """
     notes: list[str] = []
     if offset is not None:
-        offset.check_identity(identity)
+        offset.check_identity(identity, source=source)
     committed_seq = last_commit.window.seq if last_commit else 0
     offset_seq = offset.window_seq if offset else 0
     if offset_seq > committed_seq:
