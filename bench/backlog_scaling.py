@@ -42,8 +42,8 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for n, r in ((args.changes, small), (4 * args.changes, large)):
         print(f"| {n:,} | {r['window']:.2f} | {r['limit']:.2f} | {r['limit'] / r['window']:.2f} | {r['rss']:.0f} MiB |")
-    print(f"time ratio 4N/N: {large['window'] / small['window']:.2f} (4.0 = linear)")
-    print(f"peak RSS ratio 4N/N: {large['rss'] / small['rss']:.2f} (1.0 = flat)")
+    print(f"time ratio 4N/N: {large['window'] / small['window']:.3g} (4.0 = linear)")
+    print(f"peak RSS ratio 4N/N: {large['rss'] / small['rss']:.3g} (1.0 = flat)")
     return 0
 
 

@@ -7,6 +7,9 @@ changes) on a realistic table in a throwaway PostgreSQL 15, then measures, on th
 
 - limit: ``SELECT count(*) FROM pg_logical_slot_peek_binary_changes(...)``: the server decoding
   the backlog with pgoutput and nothing else;
+- protocol ceiling: PostgreSQL's own C client ``pg_recvlogical`` streaming the same window over
+  the replication protocol into /dev/null (on a copy of the slot): what any streaming client
+  can reach, because the walsender sends and flushes every change as its own message;
 - window: the capture job reading that window end to end (slot → decoded events → committed
   Parquet with the transaction side table, local sink, no Spark).
 
@@ -17,7 +20,6 @@ medians; the ratio window/limit is what to compare across machines.
 from __future__ import annotations
 
 import argparse
-import random
 import resource
 import shutil
 import statistics
@@ -27,52 +29,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-TABLE = """
-CREATE TABLE accounts (
-    id bigint PRIMARY KEY,
-    a int, b int,
-    balance numeric(12,2),
-    note text,
-    created_at timestamptz DEFAULT now(),
-    updated_at timestamptz DEFAULT now(),
-    active boolean DEFAULT true,
-    attrs jsonb
-)
-"""
+sys.path.insert(0, str(ROOT / "bench"))
 
 
-def build_backlog(conn, changes: int, seed: int = 1) -> None:
-    rng = random.Random(seed)
-    next_id, live = 1, []
-    done = 0
-    while done < changes:
-        with conn.transaction():
-            for _ in range(min(100, changes - done)):
-                roll = rng.random()
-                if roll < 0.6 or len(live) < 10:
-                    conn.execute(
-                        "INSERT INTO accounts (id, a, b, balance, note, attrs) VALUES (%s, %s, %s, %s, %s, %s)",
-                        (
-                            next_id,
-                            rng.randint(0, 1000),
-                            rng.randint(0, 1000),
-                            round(rng.uniform(0, 1e6), 2),
-                            f"note {next_id:010d} lorem ipsum dolor sit",
-                            '{"k": 1, "tags": ["a", "b"]}',
-                        ),
-                    )
-                    live.append(next_id)
-                    next_id += 1
-                elif roll < 0.9:
-                    conn.execute(
-                        "UPDATE accounts SET balance = balance + 1, updated_at = now() WHERE id = %s",
-                        (rng.choice(live),),
-                    )
-                else:
-                    victim = live.pop(rng.randrange(len(live)))
-                    conn.execute("DELETE FROM accounts WHERE id = %s", (victim,))
-                done += 1
+def recvlogical_seconds(cluster, target: int) -> float | None:
+    """The streaming protocol's own ceiling: PostgreSQL's C client ``pg_recvlogical`` draining
+    the same window into /dev/null, on a copy of the slot (it acknowledges what it reads)."""
+    import os
+    import subprocess
+
+    from airflow_provider_cdc.cdc.lsn import Lsn
+
+    binary = cluster.bin_dir / "pg_recvlogical"
+    if not binary.exists():
+        return None
+    with cluster.connect("bench") as conn:
+        conn.execute("SELECT pg_copy_logical_replication_slot('bench_slot', 'bench_probe')")
+    try:
+        command = [str(binary), "-h", cluster.host, "-p", str(cluster.port), "-U", cluster.superuser, "-d", "bench"]
+        command += ["-S", "bench_probe", "--start", "--no-loop", "-F", "0", "-E", str(Lsn(target)), "-f", "/dev/null"]
+        command += ["-o", "proto_version=1", "-o", "publication_names=bench_pub"]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, env={**os.environ, "PGPASSWORD": cluster.password}, capture_output=True)
+        return time.perf_counter() - started
+    finally:
+        with cluster.connect("bench") as conn:
+            conn.execute("SELECT pg_drop_replication_slot('bench_probe')")
+
+
+def _rounded(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
+
+
+def _profiler(path: str | None):
+    if path is None:
+        return None
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    return profiler
 
 
 def main() -> int:
@@ -80,6 +76,7 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=100_000, help="max_changes_per_chunk")
+    parser.add_argument("--profile", metavar="HTML", help="profile the last window with pyinstrument into this file")
     parser.add_argument(
         "--workload",
         choices=["mixed", "one-transaction"],
@@ -87,6 +84,8 @@ def main() -> int:
         help="mixed: transactions of ~100 changes; one-transaction: a single UPDATE of N rows",
     )
     args = parser.parse_args()
+
+    import workload
 
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
@@ -101,7 +100,7 @@ def main() -> int:
     try:
         cluster.create_database("bench")
         with cluster.connect("bench") as conn:
-            conn.execute(TABLE)
+            workload.create_table(conn)
             if args.workload == "one-transaction":
                 conn.execute(
                     "INSERT INTO accounts (id, a, b, balance, note, attrs) SELECT g, g, g, g, 'note ' || g, "
@@ -114,14 +113,14 @@ def main() -> int:
             if args.workload == "one-transaction":
                 conn.execute("UPDATE accounts SET balance = balance + 1, updated_at = now()")
             else:
-                build_backlog(conn, args.changes)
+                workload.build_backlog(conn, args.changes)
             target = admin.current_lsn(conn)
             print(
                 f"backlog: {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of WAL, "
                 f"built in {time.monotonic() - started:.1f}s"
             )
         info = PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password)
-        limits, windows = [], []
+        limits, ceilings, windows = [], [], []
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         for attempt in range(args.repeat):
             with cluster.connect("bench") as conn:
@@ -132,6 +131,9 @@ def main() -> int:
                     (str(target),),
                 ).fetchone()[0]
                 limits.append(time.perf_counter() - t0)
+            ceiling = recvlogical_seconds(cluster, target)
+            if ceiling is not None:
+                ceilings.append(ceiling)
             sink = work / f"lake{attempt}"
             spec = PostgresJobSpec(
                 topic_prefix="bench",
@@ -143,21 +145,34 @@ def main() -> int:
                 sink_path=str(sink),
                 options=CaptureOptions(max_changes_per_chunk=args.chunk),
             )
+            profiler = _profiler(args.profile if attempt == args.repeat - 1 else None)
             t0 = time.perf_counter()
             entry = run_job(spec, spark_provider=lambda: (_ for _ in ()).throw(AssertionError("no Spark")))
             windows.append(time.perf_counter() - t0)
+            if profiler is not None:
+                profiler.stop()
+                Path(args.profile).write_text(profiler.output_html())
+                print(profiler.output_text(unicode=False, color=False, show_all=False))
             events = sum(d.events for d in entry.datasets if d.topic != "bench.transaction")
             assert events == args.changes, (events, args.changes)
             shutil.rmtree(sink)
         limit, window = statistics.median(limits), statistics.median(windows)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"driver RSS before the first window: {rss_before:.0f} MiB")
+        print(f"runs (s): peek {_rounded(limits)}, pg_recvlogical {_rounded(ceilings)}, window {_rounded(windows)}")
         print(f"raw decode rows (peek): {rows}")
         print("| measure | median s | changes/s |")
         print("|---|---|---|")
         print(f"| limit: peek count(*) | {limit:.2f} | {args.changes / limit:,.0f} |")
+        if ceilings:
+            ceiling = statistics.median(ceilings)
+            print(f"| protocol ceiling: pg_recvlogical → /dev/null | {ceiling:.2f} | {args.changes / ceiling:,.0f} |")
         print(f"| window end to end | {window:.2f} | {args.changes / window:,.0f} |")
-        print(f"ratio window/limit: {limit / window:.2f} (1.0 = as fast as the server's own decode)")
+        print(f"ratio window/limit: {limit / window:.3g} (1.0 = as fast as the server's own decode)")
+        if ceilings:
+            print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
+            print(f"ratio window/pg_recvlogical: {ceiling / window:.3g}")
+        print(f"SparkSession started by the window: {'pyspark' in sys.modules} (local sinks are written with Arrow)")
         print(f"driver peak RSS: {peak_mb:.0f} MiB (chunk {args.chunk})")
     finally:
         cluster.stop()

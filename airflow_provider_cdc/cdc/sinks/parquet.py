@@ -22,6 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import from_remote_traceback
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
@@ -65,37 +67,70 @@ class WindowWriter:
         self._ops: dict[str, Counter] = {}
         self._events: Counter = Counter()
         self._parts = 0
+        self._files = _FileWriter()
 
     def dataset_path(self, topic: Topic) -> str:
         return f"{topic.directory}/window={self.window.window_id}/attempt={self.attempt}"
 
     def write_chunk(self, batches: dict[str, list[pa.RecordBatch]], transactions: pa.RecordBatch | None) -> None:
         """Append one chunk of driver-side batches (stream windows)."""
+        files: list[tuple[pa.Table, str]] = []
         for topic_name, topic_batches in batches.items():
-            self.write_batches(self.topics[topic_name], topic_batches)
+            files += self._prepare(self.topics[topic_name], topic_batches)
         if transactions is not None:
-            self.write_batches(self._transaction_topic(), [transactions])
-        faults.point("window.chunk_written")
+            files += self._prepare(self._transaction_topic(), [transactions])
+        self._files.submit(files, after=lambda: faults.point("window.chunk_written"))
 
     def write_batches(self, topic: Topic, batches: list[pa.RecordBatch]) -> None:
+        self._files.submit(self._prepare(topic, batches))
+
+    def _prepare(self, topic: Topic, batches: list[pa.RecordBatch]) -> list[tuple[pa.Table, str]]:
+        """Count the batches and name their files; local files are returned to be written,
+        other storage is written here through Spark."""
         by_schema: dict[pa.Schema, list[pa.RecordBatch]] = {}
         for batch in batches:
             if batch.num_rows:
                 by_schema.setdefault(batch.schema, []).append(batch)
+        files = []
         for schema, group in by_schema.items():
             table = pa.Table.from_batches(group, schema=schema)
             self._count(topic, table)
             if self.sink.is_local:
                 self._parts += 1
-                path = f"{self.sink.storage.uri(self.dataset_path(topic))}/part-{self._parts:05d}.parquet"
-                _ensure_parent(path)
-                pq.write_table(table, path)
+                files.append(
+                    (table, f"{self.sink.storage.uri(self.dataset_path(topic))}/part-{self._parts:05d}.parquet")
+                )
             else:
                 from airflow_provider_cdc.cdc.spark_session import spark_schema
 
                 spark = self.sink.spark_provider()
                 frame = spark.createDataFrame(table, schema=spark_schema(table.schema))
                 frame.coalesce(1).write.mode("append").parquet(self.sink.storage.uri(self.dataset_path(topic)))
+        return files
+
+    def local_directory(self, topic: Topic) -> str:
+        """The attempt's directory of ``topic`` on a local sink (created), for task-written files."""
+        from pathlib import Path
+
+        path = self.sink.storage.uri(self.dataset_path(topic))
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return path
+
+    def record_files(self, topic: Topic, files: Any) -> int:
+        """Run a Spark DataFrame of ``(file, rows)`` written by tasks into
+        :meth:`local_directory` (snapshot events, all ``op = r``); returns the rows written."""
+        try:
+            written = files.collect()
+        except Exception as exc:
+            original = from_remote_traceback(str(exc))
+            if original is not None:
+                raise original from None
+            raise
+        rows = sum(int(row["rows"]) for row in written)
+        if rows:
+            self._ops.setdefault(topic.name, Counter())["r"] += rows
+            self._events[topic.name] += rows
+        return rows
 
     def write_dataframe(self, topic: Topic, frame: Any) -> int:
         """Write a Spark DataFrame of events (snapshot partitions); returns the rows written."""
@@ -129,6 +164,8 @@ class WindowWriter:
         stats: dict[str, Any] | None = None,
     ) -> CommitEntry:
         """Publish the window in the commit log, then drop files of superseded attempts."""
+        self._files.drain()
+        self._files.close()
         datasets = tuple(
             DatasetCommit(
                 topic=name,
@@ -156,6 +193,10 @@ class WindowWriter:
         self._remove_other_attempts()
         return committed
 
+    def close(self) -> None:
+        """Stop the file writer thread once its last write is done (nothing is committed)."""
+        self._files.close()
+
     def _remove_other_attempts(self) -> None:
         # Files of crashed or superseded attempts of this window are garbage once the entry is
         # published; a failure here leaves only unreferenced files behind.
@@ -181,6 +222,99 @@ class WindowWriter:
             counter = self._ops.setdefault(topic.name, Counter())
             for item in pc.value_counts(table.column("op")).to_pylist():
                 counter[item["values"]] += item["counts"]
+
+
+class _FileWriter:
+    """Writes local Parquet files on one background thread, in order, one chunk at a time.
+
+    ``pq.write_table`` releases the GIL for its whole run, so the file of one chunk is written
+    while the next chunk is read from the slot (decoding is many short numpy/Arrow calls and
+    stays on the reading thread, where it does not wait for the GIL). At most one chunk is in
+    flight, so memory stays bounded by two chunks. A failed write is raised by the next
+    ``submit`` or by ``drain``; nothing after it is written."""
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
+
+    def submit(self, files: list[tuple[pa.Table, str]], after: Callable[[], None] | None = None) -> None:
+        self.drain()
+        if not files and after is None:
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-parquet")
+        self._pending = self._executor.submit(_write_files, files, after)
+
+    def drain(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Wait for the last write and stop the thread; its error, if any, stays for ``drain``."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def write_parquet_file(path: str, batches: Iterable[pa.RecordBatch], *, row_group_rows: int = 131_072) -> int:
+    """Stream record batches (one schema) into one local Parquet file; returns the rows written.
+
+    The file appears atomically (written under a temporary name, then renamed), so a reader or
+    a retried task never sees half a file; no rows → no file. Memory is one row group."""
+    import os
+
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    writer: pq.ParquetWriter | None = None
+    pending: list[pa.RecordBatch] = []
+    pending_rows = total = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if writer is None:
+                writer = pq.ParquetWriter(temporary, batch.schema, use_dictionary=_dictionary_columns(batch.schema))
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            total += batch.num_rows
+            if pending_rows >= row_group_rows:
+                writer.write_table(pa.Table.from_batches(pending))
+                pending, pending_rows = [], 0
+        if writer is not None:
+            if pending:
+                writer.write_table(pa.Table.from_batches(pending))
+            writer.close()
+            writer = None
+            os.replace(temporary, path)
+    finally:
+        if writer is not None:
+            writer.close()
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return total
+
+
+def _write_files(files: list[tuple[pa.Table, str]], after: Callable[[], None] | None) -> None:
+    for table, path in files:
+        _ensure_parent(path)
+        pq.write_table(table, path, use_dictionary=_dictionary_columns(table.schema))
+    if after is not None:
+        after()
+
+
+#: Columns worth dictionary-encoding: constant or low-cardinality within a chunk. Dictionary
+#: encoding of every column (pyarrow's default) spends ~40 % of the write on high-cardinality
+#: values (keys, text, LSNs) for almost no size gain (measured: bench/stream_window.py).
+_DICTIONARY_COLUMNS = frozenset(
+    [f"source.{name}" for name in ("version", "connector", "name", "snapshot", "db", "schema", "table")]
+    + ["op", "transaction.id", WINDOW_ID_FIELD, "prefix", "message.prefix", "status"]
+)
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    names = {field.name for field in schema}
+    flat = [f"{field.name}.{child.name}" for field in schema if pa.types.is_struct(field.type) for child in field.type]
+    return sorted(_DICTIONARY_COLUMNS & (names | set(flat)))
 
 
 def _ensure_parent(path: str) -> None:

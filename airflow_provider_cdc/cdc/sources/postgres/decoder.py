@@ -317,6 +317,34 @@ def _read_tuple(buf: bytes, pos: int) -> tuple[TupleData, int]:
     return tuple(values), pos
 
 
+def encode_tuple(values: TupleData) -> bytes:
+    """The pgoutput form of a tuple: the inverse of the decoder's tuple reading."""
+    parts = [_INT16.pack(len(values))]
+    for value in values:
+        if value is None:
+            parts.append(b"n")
+        elif value is UNCHANGED_TOAST:
+            parts.append(b"u")
+        else:
+            parts.append(b"t" + _INT32.pack(len(value)) + bytes(value))
+    return b"".join(parts)
+
+
+def encode_insert(relation_oid: int, new: TupleData) -> bytes:
+    return b"I" + _UINT32.pack(relation_oid) + b"N" + encode_tuple(new)
+
+
+def encode_update(relation_oid: int, old_kind: str | None, old: TupleData | None, new: TupleData) -> bytes:
+    head = b"U" + _UINT32.pack(relation_oid)
+    if old_kind is not None and old is not None:
+        head += old_kind.encode() + encode_tuple(old)
+    return head + b"N" + encode_tuple(new)
+
+
+def encode_delete(relation_oid: int, old_kind: str, old: TupleData) -> bytes:
+    return b"D" + _UINT32.pack(relation_oid) + old_kind.encode() + encode_tuple(old)
+
+
 def _expect_end(buf: bytes, pos: int) -> None:
     if pos != len(buf):
         raise DecodingError(f"{len(buf) - pos} unexpected trailing bytes")

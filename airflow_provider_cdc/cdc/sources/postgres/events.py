@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,7 +28,9 @@ from airflow_provider_cdc.cdc.envelope import (
     message_schema,
 )
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
-from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, TupleData
+from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres import columnar
+from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import Codec, ValueModes, cast_text, codec_for, text_codec
 
@@ -236,77 +239,144 @@ def _transaction_array(rows: list[tuple | None]) -> pa.Array:
     )
 
 
+@dataclass(frozen=True)
+class ChunkTransactions:
+    """The transactions of one chunk, indexed by the ``tx`` of each buffered row.
+
+    Each entry is ``(commit_ts_ms, previous_commit_lsn, xid, commit_lsn, transaction_id)``;
+    the per-row source and transaction columns are gathered from these arrays."""
+
+    ts_ms: pa.Array
+    xid: pa.Array
+    commit_lsn: pa.Array
+    transaction_id: pa.Array
+    sequence_prefix: pa.Array  # '["<previous commit>","' or '[null,"'
+
+    @classmethod
+    def of(cls, entries: Sequence[tuple]) -> ChunkTransactions:
+        ts, previous, xids, commits, ids = (list(c) for c in zip(*entries)) if entries else ([],) * 5
+        return cls(
+            ts_ms=pa.array(ts, pa.int64()),
+            xid=pa.array(xids, pa.int64()),
+            commit_lsn=pa.array(commits, pa.int64()),
+            transaction_id=pa.array(ids, pa.string()),
+            sequence_prefix=pa.array(['[null,"' if p is None else f'["{p}","' for p in previous], pa.string()),
+        )
+
+
+_OP_CODES = np.zeros(256, np.int8)
+_OP_CODES[[columnar.INSERT, columnar.UPDATE, columnar.DELETE, columnar.TRUNCATE]] = [0, 1, 2, 3]
+_OP_NAMES = pa.array([Op.CREATE, Op.UPDATE, Op.DELETE, Op.TRUNCATE], pa.string())
+
+
 class StreamEventBuffer:
-    """Rows of one table version waiting to become a record batch."""
+    """Row messages of one table version, kept raw until the chunk becomes a record batch.
+
+    Rows are pgoutput Insert/Update/Delete messages (or :data:`columnar.TRUNCATE_ROW`), decoded
+    all at once by :func:`columnar.decode_rows` when the chunk is flushed. ``tx`` indexes the
+    chunk's :class:`ChunkTransactions`; ``total``/``order`` are the event's
+    ``transaction.total_order`` and ``data_collection_order``. Key changes and truncates, which
+    are rare, carry their extra fields in sparse maps.
+    """
 
     def __init__(self, encoder: TableEncoder, context: EventContext):
         self.encoder = encoder
         self.context = context
-        self._width = len(encoder.relation_columns)
-        self._null_tuple: TupleData = (None,) * self._width
-        self._ops: list[str] = []
-        self._before: list[TupleData | None] = []
-        self._after: list[TupleData | None] = []
-        self._source: list[tuple] = []
-        self._transaction: list[tuple | None] = []
-        self._key_change: list[tuple[TupleData | None, TupleData | None]] = []
-        self._truncate: list[tuple[bool, bool] | None] = []
-        self._any_key_change = False
-        self._any_truncate = False
+        self.width = len(encoder.relation_columns)
+        self.payloads: list[bytes] = []
+        self.lsns: list[int] = []
+        self.txs: list[int] = []
+        self.totals: list[int] = []
+        self.orders: list[int] = []
+        self._key_changes: dict[int, tuple[TupleData | None, TupleData | None]] = {}
+        self._truncates: dict[int, tuple[bool, bool]] = {}
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self.payloads)
 
     def add(
         self,
-        op: str,
-        before: TupleData | None,
-        after: TupleData | None,
+        payload: bytes,
+        lsn: int,
+        tx: int,
+        total: int,
+        order: int,
         *,
-        source: tuple,
-        transaction: tuple,
         old_key: TupleData | None = None,
         new_key: TupleData | None = None,
         truncate: tuple[bool, bool] | None = None,
     ) -> None:
-        """``source`` is ``(commit_ts_ms, previous_commit_lsn, xid, lsn, commit_lsn)``."""
-        self._ops.append(op)
-        self._before.append(before)
-        self._after.append(after)
-        self._source.append(source)
-        self._transaction.append(transaction)
-        self._key_change.append((old_key, new_key))
-        self._truncate.append(truncate)
         if old_key is not None or new_key is not None:
-            self._any_key_change = True
+            self._key_changes[len(self.payloads)] = (old_key, new_key)
         if truncate is not None:
-            self._any_truncate = True
+            self._truncates[len(self.payloads)] = truncate
+        self.payloads.append(payload)
+        self.lsns.append(lsn)
+        self.txs.append(tx)
+        self.totals.append(total)
+        self.orders.append(order)
 
-    def to_batch(self) -> pa.RecordBatch:
+    def to_batch(self, transactions: ChunkTransactions) -> pa.RecordBatch:
         encoder = self.encoder
         layout = encoder.layout
-        before, _ = self._value_column(self._before)
-        after, unchanged = self._value_column(self._after)
         ref = encoder.table.ref
+        try:
+            rows = columnar.decode_rows(self.payloads, self.width)
+        except columnar.MalformedRow as exc:
+            raise DecodingError(f"{ref}: the change at LSN {Lsn(self.lsns[exc.row])}: {exc}") from None
+        n = len(rows)
+        before, _ = self._image(rows, rows.old, toast=False)
+        after, unchanged = self._image(rows, rows.new, toast=True)
+        tx = pa.array(self.txs, pa.int32())
+        lsns = pa.array(self.lsns, pa.int64())
+        sequences = pc.binary_join_element_wise(
+            transactions.sequence_prefix.take(tx), pc.cast(lsns, pa.string()), '"]', ""
+        )
+        source = pa.StructArray.from_arrays(
+            [
+                pa.repeat(pa.scalar(__version__), n),
+                pa.repeat(pa.scalar(CONNECTOR), n),
+                pa.repeat(pa.scalar(self.context.topic_prefix), n),
+                transactions.ts_ms.take(tx),
+                pa.repeat(pa.scalar("false"), n),
+                pa.repeat(pa.scalar(self.context.database), n),
+                sequences,
+                pa.repeat(pa.scalar(ref.schema), n),
+                pa.repeat(pa.scalar(ref.name), n),
+                transactions.xid.take(tx),
+                lsns,
+                pa.nulls(n, pa.int64()),
+                transactions.commit_lsn.take(tx),
+            ],
+            fields=list(SOURCE_BLOCK),
+        )
+        transaction = pa.StructArray.from_arrays(
+            [
+                transactions.transaction_id.take(tx),
+                pa.array(self.totals, pa.int64()),
+                pa.array(self.orders, pa.int64()),
+            ],
+            fields=list(TRANSACTION_BLOCK),
+        )
         old_key = new_key = None
-        if self._any_key_change and layout.key_columns:
-            old_key = self._key_column([old for old, _ in self._key_change])
-            new_key = self._key_column([new for _, new in self._key_change])
-        truncate = (
-            pa.array(
-                [None if t is None else {"cascade": t[0], "restart_identity": t[1]} for t in self._truncate],
+        if self._key_changes and layout.key_columns:
+            changes = self._key_changes
+            old_key = self._key_column([changes[i][0] if i in changes else None for i in range(n)])
+            new_key = self._key_column([changes[i][1] if i in changes else None for i in range(n)])
+        truncate = None
+        if self._truncates:
+            flags = self._truncates
+            truncate = pa.array(
+                [{"cascade": flags[i][0], "restart_identity": flags[i][1]} if i in flags else None for i in range(n)],
                 TRUNCATE_FLAGS,
             )
-            if self._any_truncate
-            else None
-        )
         return layout.assemble(
             before=before,
             after=after,
-            source=_source_array(self.context, ref.schema, ref.name, "false", self._source),
-            op=pa.array(self._ops, pa.string()),
+            source=source,
+            op=_OP_NAMES.take(pa.array(_OP_CODES[rows.kinds])),
             ts_ms=self.context.ts_ms,
-            transaction=_transaction_array(self._transaction),
+            transaction=transaction,
             window_id=self.context.window_id,
             old_key=old_key,
             new_key=new_key,
@@ -314,43 +384,32 @@ class StreamEventBuffer:
             truncate=truncate,
         )
 
-    def _value_column(self, rows: list[TupleData | None]) -> tuple[pa.Array, pa.Array | None]:
-        """The struct column of kept values, and the list of unchanged-TOAST columns per row."""
+    def _image(
+        self, rows: columnar.RowMessages, image: columnar.TupleImage, *, toast: bool
+    ) -> tuple[pa.Array, pa.Array | None]:
+        """The struct column of kept values of one tuple image, and (``toast``) the list of
+        unchanged-TOAST columns per row."""
         encoder = self.encoder
-        present = [r is not None for r in rows]
-        if not any(present):
-            return pa.nulls(len(rows), encoder.layout.value_type), None
-        null_tuple, width = self._null_tuple, self._width
-        filled = [r if r is not None else null_tuple for r in rows]
-        toast_rows: dict[int, list[int]] = {}
-        for i, row in enumerate(filled):
-            if len(row) != width:
-                raise DecodingError(f"{encoder.table.ref}: a row has {len(row)} values, the relation has {width}")
-            if UNCHANGED_TOAST in row:
-                toast_rows[i] = [j for j, v in enumerate(row) if v is UNCHANGED_TOAST]
-                filled[i] = tuple(None if v is UNCHANGED_TOAST else v for v in row)
-        transposed = list(zip(*filled))
-        text_columns = [pa.array(transposed[p], pa.binary()).cast(pa.string()) for p in encoder.positions]
-        children = encoder.typed(text_columns)
+        n = len(rows)
+        if not image.present.any():
+            return pa.nulls(n, encoder.layout.value_type), None
+        children = encoder.typed([rows.text(image, p) for p in encoder.positions])
         unchanged = None
-        if toast_rows:
-            kept = {p: k for k, p in enumerate(encoder.positions)}
-            names: list[list[str] | None] = [None] * len(rows)
-            rows_by_column: dict[int, list[int]] = {}
-            for i, positions in toast_rows.items():
-                kept_here = [kept[p] for p in positions if p in kept]
-                names[i] = [encoder.columns[k].name for k in kept_here] or None
-                for k in kept_here:
-                    rows_by_column.setdefault(k, []).append(i)
-            for k, row_ids in rows_by_column.items():
+        kept_toast = image.kinds[list(encoder.positions)] == columnar.UNCHANGED
+        if toast and kept_toast.any():
+            for k in np.flatnonzero(kept_toast.any(axis=1)):
                 placeholder = encoder.codecs[k].placeholder
                 if placeholder is not None:  # text and binary columns carry Debezium's placeholder
-                    flags = [False] * len(rows)
-                    for i in row_ids:
-                        flags[i] = True
-                    children[k] = pc.if_else(pa.array(flags), pa.scalar(placeholder, children[k].type), children[k])
+                    children[k] = pc.if_else(
+                        pa.array(kept_toast[k]), pa.scalar(placeholder, children[k].type), children[k]
+                    )
+            names: list[list[str] | None] = [None] * n
+            for i in np.flatnonzero(kept_toast.any(axis=0)):
+                names[i] = [encoder.columns[k].name for k in np.flatnonzero(kept_toast[:, i])]
             unchanged = pa.array(names, UNCHANGED_LIST)
-        return encoder.layout.value_struct(children, present), unchanged
+        mask = None if image.present.all() else pa.array(~image.present)
+        value = pa.StructArray.from_arrays(children, fields=list(encoder.layout.value_fields), mask=mask)
+        return value, unchanged
 
     def _key_column(self, keys: list[TupleData | None]) -> pa.Array:
         encoder = self.encoder

@@ -35,7 +35,7 @@ from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
 
 log = logging.getLogger(__name__)
 
-_XLOG_DATA_HEAD = struct.Struct("!QQQ")
+_WAL_START = struct.Struct("!Q")
 _KEEPALIVE = struct.Struct("!QQB")
 _STATUS_UPDATE = struct.Struct("!cQQQqB")
 
@@ -48,7 +48,7 @@ class SlotCreation:
     plugin: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs several times more per change
 class XLogData:
     """One replication message: ``wal_start`` as sent by the walsender, and the payload."""
 
@@ -140,17 +140,21 @@ class ReplicationConnection:
         )
 
     def _frames(self, idle_timeout: float) -> Iterator[XLogData | Keepalive]:
+        # The hot loop of every stream window: one iteration per change, so it keeps to locals.
         conn = self._conn
+        lock = self._lock
+        get_copy_data = conn.get_copy_data
+        unpack_wal_start = _WAL_START.unpack_from
         last_frame = time.monotonic()
+        received = False
         while True:
-            with self._lock:
-                nbytes, data = conn.get_copy_data(1)
+            with lock:
+                nbytes, data = get_copy_data(1)
             if nbytes > 0:
-                last_frame = time.monotonic()
+                received = True
                 kind = data[0]
-                if kind == 0x77:  # 'w' XLogData
-                    wal_start, _wal_end, _send_time = _XLOG_DATA_HEAD.unpack_from(data, 1)
-                    yield XLogData(wal_start, bytes(data[25:]))
+                if kind == 0x77:  # 'w' XLogData: wal_start, wal_end, send time, payload
+                    yield XLogData(unpack_wal_start(data, 1)[0], bytes(data[25:]))
                 elif kind == 0x6B:  # 'k' primary keepalive
                     wal_end, _send_time, reply_requested = _KEEPALIVE.unpack_from(data, 1)
                     if reply_requested:
@@ -158,13 +162,16 @@ class ReplicationConnection:
                     yield Keepalive(wal_end)
                 continue
             if nbytes == 0:
-                if time.monotonic() - last_frame > idle_timeout:
+                now = time.monotonic()
+                if received:
+                    last_frame, received = now, False
+                elif now - last_frame > idle_timeout:
                     raise CdcTransientError(
                         f"no replication data or keepalive from {self._info.describe()} for "
                         f"{idle_timeout:.0f}s; the walsender may be stuck or the network down"
                     )
                 select.select([conn.socket], [], [], 1.0)
-                with self._lock:
+                with lock:
                     conn.consume_input()
                 continue
             # -1: the server ended the copy; -2: error

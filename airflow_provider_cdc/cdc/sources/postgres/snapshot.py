@@ -65,8 +65,26 @@ def snapshot_facts(conn: Any) -> tuple[int | None, int]:
     return row[0], row[1]
 
 
-def plan_block_ranges(conn: Any, table: TableInfo, *, partition_bytes: int, max_partitions: int) -> list[BlockRange]:
-    """Split a table's heap into block ranges of about ``partition_bytes`` each."""
+#: Below this many bytes per task, splitting a table further for parallelism costs more than it saves.
+MIN_SPLIT_BYTES = 16 * 1024 * 1024
+
+
+def partition_count(size: int, *, partition_bytes: int, max_partitions: int, parallelism: int = 1) -> int:
+    """How many block ranges to read a heap of ``size`` bytes in.
+
+    About ``partition_bytes`` each, but a whole number of waves of ``parallelism`` tasks: three
+    partitions on two cores would leave one core idle for the last third of the table."""
+    count = max(1, math.ceil(size / partition_bytes))
+    parallelism = max(1, min(parallelism, size // MIN_SPLIT_BYTES))
+    count = math.ceil(count / parallelism) * parallelism
+    return max(1, min(max_partitions, count))
+
+
+def plan_block_ranges(
+    conn: Any, table: TableInfo, *, partition_bytes: int, max_partitions: int, parallelism: int = 1
+) -> list[BlockRange]:
+    """Split a table's heap into block ranges of about ``partition_bytes`` each (see
+    :func:`partition_count`)."""
     size, block_size, kind = conn.execute(
         "SELECT pg_relation_size(%s::oid), current_setting('block_size')::int, relkind::text "
         "FROM pg_class WHERE oid = %s::oid",
@@ -76,7 +94,9 @@ def plan_block_ranges(conn: Any, table: TableInfo, *, partition_bytes: int, max_
     if kind != "r" or blocks == 0:
         # Partitioned parents have no heap of their own; empty tables have nothing to split.
         return [BlockRange(0, None)]
-    count = max(1, min(max_partitions, math.ceil(size / partition_bytes)))
+    count = partition_count(
+        size, partition_bytes=partition_bytes, max_partitions=max_partitions, parallelism=parallelism
+    )
     step = math.ceil(blocks / count)
     ranges = [BlockRange(i * step, (i + 1) * step) for i in range(count)]
     # The last range is open: rows visible to the snapshot live in blocks that existed when it

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, Op, transaction_batch, transaction_rows
+from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.naming import message_topic, table_topic
+from airflow_provider_cdc.cdc.sources.postgres.columnar import TRUNCATE_ROW
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
-    Delete,
-    Insert,
     LogicalMessage,
     Origin,
     Relation,
@@ -34,8 +34,12 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     TypeInfo,
     Update,
     decode_message,
+    encode_delete,
+    encode_insert,
+    encode_update,
 )
 from airflow_provider_cdc.cdc.sources.postgres.events import (
+    ChunkTransactions,
     EventContext,
     EventSettings,
     MessageBuffer,
@@ -57,14 +61,27 @@ MARKER_PREFIX = "airflow_provider_cdc.window_end"
 FlushFn = Callable[[dict[str, list[pa.RecordBatch]], pa.RecordBatch | None], None]
 
 
+#: A chunk is also flushed once its raw messages reach this many bytes, so wide rows (large
+#: text or jsonb) cannot grow a chunk of ``max_changes_per_chunk`` rows without bound.
+MAX_CHUNK_BYTES = 128 * 1024 * 1024
+
+_ROW_KINDS = frozenset(b"IUD")
+_UINT32 = struct.Struct("!I")
+
+
 @dataclass
 class _Transaction:
     xid: int
     final_lsn: int
     commit_ts_us: int
     id: str
+    previous_commit_lsn: int | None
+    chunk_index: int = 0  # index in the chunk's transaction table
     total: int = 0
     per_collection: Counter = field(default_factory=Counter)
+
+    def entry(self) -> tuple:
+        return (self.commit_ts_us // 1000, self.previous_commit_lsn, self.xid, self.final_lsn, self.id)
 
 
 @dataclass
@@ -113,12 +130,29 @@ class WindowCollector:
         self._relations: dict[int, tuple[TableEncoder, int] | None] = {}
         self._relation_versions: Counter = Counter()
         self._buffers: dict[tuple[int, int], StreamEventBuffer] = {}
+        # relation oid → (buffer, data collection) of the current chunk; None: not captured
+        self._targets: dict[int, tuple[StreamEventBuffer, str] | None] = {}
         self._messages = MessageBuffer(context, self.settings.modes)
         self._buffered = 0
+        self._buffered_bytes = 0
         self._tx_rows: list[dict] = []
+        self._chunk_txs: list[tuple] = []
         self._tx: _Transaction | None = None
 
     # -- feeding -----------------------------------------------------------------------------
+
+    def consume(self, frames: Iterable[XLogData | Keepalive]) -> None:
+        """Feed frames until the window is complete: :meth:`feed` with the row-message path
+        inlined, because it runs once per change."""
+        row, feed = self._row, self.feed
+        for frame in frames:
+            if type(frame) is XLogData:
+                payload = frame.payload
+                if payload and payload[0] in _ROW_KINDS and not self.done:
+                    row(payload, frame.wal_start)
+                    continue
+            if feed(frame):
+                return
 
     def feed(self, frame: XLogData | Keepalive) -> bool:
         """Process one frame; returns True once the window is complete."""
@@ -130,7 +164,11 @@ class WindowCollector:
             if self._tx is None and frame.wal_end >= to_lsn:
                 self.done = True
             return self.done
-        message = decode_message(frame.payload)
+        payload = frame.payload
+        if payload and payload[0] in _ROW_KINDS:
+            self._row(payload, frame.wal_start)  # the hot path: no per-row decoding here
+            return False
+        message = decode_message(payload)
         if isinstance(message, Begin):
             if message.final_lsn >= to_lsn:
                 self.done = True
@@ -140,13 +178,18 @@ class WindowCollector:
                     f"received a transaction committed at {message.final_lsn:X}, before the window "
                     f"start {self.window.from_lsn}; the slot or start position is inconsistent"
                 )
-            self._tx = _Transaction(
-                message.xid, message.final_lsn, message.commit_ts_us, f"{message.xid}:{message.final_lsn}"
+            tx = _Transaction(
+                message.xid,
+                message.final_lsn,
+                message.commit_ts_us,
+                f"{message.xid}:{message.final_lsn}",
+                self.previous_commit_lsn,
+                chunk_index=len(self._chunk_txs),
             )
+            self._chunk_txs.append(tx.entry())
+            self._tx = tx
         elif isinstance(message, Commit):
             self._commit(message)
-        elif isinstance(message, (Insert, Update, Delete)):
-            self._change(message, frame.wal_start)
         elif isinstance(message, Relation):
             self._relation(message)
         elif isinstance(message, Truncate):
@@ -171,6 +214,7 @@ class WindowCollector:
     # -- messages ----------------------------------------------------------------------------
 
     def _relation(self, message: Relation) -> None:
+        self._targets.pop(message.oid, None)
         ref = TableRef(message.namespace or "pg_catalog", message.name)
         table = self.tables.get(ref)
         if table is None:
@@ -200,38 +244,65 @@ class WindowCollector:
             buffer = self._buffers[key] = StreamEventBuffer(encoder, self.context)
         return buffer
 
-    def _change(self, message: Insert | Update | Delete, lsn: int) -> None:
-        buffer = self._buffer(message.relation_oid)
-        if buffer is None:
+    def _row(self, payload: bytes, lsn: int) -> None:
+        """One Insert/Update/Delete message, buffered raw (see :mod:`.columnar`)."""
+        try:
+            (oid,) = _UINT32.unpack_from(payload, 1)
+        except struct.error:
+            raise DecodingError(f"malformed pgoutput {chr(payload[0])!r} message ({len(payload)} bytes)") from None
+        target = self._targets.get(oid, False)
+        if target is False:
+            buffer = self._buffer(oid)
+            target = self._targets[oid] = None if buffer is None else (buffer, buffer.encoder.table.ref.data_collection)
+        if target is None:
             return
-        # An old 'K' (key) tuple has every non-key column null: exactly Debezium's before image
-        # under REPLICA IDENTITY DEFAULT / USING INDEX; an 'O' tuple is the full old row (FULL).
-        if isinstance(message, Insert):
-            self._add(buffer, Op.CREATE, None, message.new, lsn)
-        elif isinstance(message, Delete):
-            self._add(buffer, Op.DELETE, message.old, None, lsn)
+        buffer, collection = target
+        if payload[0] == 0x55 and len(payload) > 5 and payload[5] != 0x4E:  # an Update carrying its old tuple
+            self._update_with_old(buffer, oid, payload, lsn)
+            return
+        tx = self._tx
+        if tx is None:
+            raise DecodingError("a row change arrived outside a transaction")
+        tx.total += 1
+        per_collection = tx.per_collection
+        per_collection[collection] += 1
+        buffer.add(payload, lsn, tx.chunk_index, tx.total, per_collection[collection])
+        self.stats.changes += 1
+        self._buffered += 1
+        self._buffered_bytes += len(payload)
+        if self._buffered >= self.max_changes or self._buffered_bytes >= MAX_CHUNK_BYTES:
+            self._flush_chunk()
+
+    def _update_with_old(self, buffer: StreamEventBuffer, oid: int, payload: bytes, lsn: int) -> None:
+        """An Update with an old 'K' (key changed) or 'O' (REPLICA IDENTITY FULL) tuple: decoded
+        here, because it may become two events or need the old row's values."""
+        message = decode_message(payload)
+        assert isinstance(message, Update) and message.old is not None
+        old, new = message.old, message.new
+        if len(old) != len(new):
+            raise DecodingError(f"update of {buffer.encoder.table.ref}: old and new tuples differ in width")
+        if message.old_kind == "O" and UNCHANGED_TOAST in new:
+            # REPLICA IDENTITY FULL: the old row carries the value the WAL left out of the new one.
+            new = tuple(o if v is UNCHANGED_TOAST else v for o, v in zip(old, new))
+            payload = encode_update(oid, message.old_kind, old, new)
+        keys = buffer.encoder.relation_key_indexes
+        if keys and any(old[i] != new[i] for i in keys):
+            # A primary-key change: Debezium's delete of the old key, then create of the new,
+            # each carrying the other key. (An old 'K' tuple has every non-key column null:
+            # exactly Debezium's before image under REPLICA IDENTITY DEFAULT / USING INDEX.)
+            old_key, new_key = tuple(old[i] for i in keys), tuple(new[i] for i in keys)
+            self._add(buffer, encode_delete(oid, message.old_kind or "K", old), lsn, new_key=new_key)
+            self._add(buffer, encode_insert(oid, new), lsn, old_key=old_key)
+            self.stats.key_changes += 1
         else:
-            old, new = message.old, message.new
-            if message.old_kind == "O" and UNCHANGED_TOAST in new:
-                # REPLICA IDENTITY FULL: the old row carries the value the WAL left out of the new one.
-                new = tuple(o if v is UNCHANGED_TOAST else v for o, v in zip(old, new))
-            keys = buffer.encoder.relation_key_indexes
-            if old is not None and keys and any(old[i] != new[i] for i in keys):
-                # A primary-key change: Debezium's delete of the old key, then create of the new,
-                # each carrying the other key.
-                old_key, new_key = tuple(old[i] for i in keys), tuple(new[i] for i in keys)
-                self._add(buffer, Op.DELETE, old, None, lsn, new_key=new_key)
-                self._add(buffer, Op.CREATE, None, new, lsn, old_key=old_key)
-                self.stats.key_changes += 1
-            else:
-                self._add(buffer, Op.UPDATE, old, new, lsn)
+            self._add(buffer, payload, lsn)
 
     def _truncate(self, message: Truncate, lsn: int) -> None:
         flags = (message.cascade, message.restart_identity)
         for oid in message.relation_oids:
             buffer = self._buffer(oid) if oid in self._relations else None
             if buffer is not None:
-                self._add(buffer, Op.TRUNCATE, None, None, lsn, truncate=flags)
+                self._add(buffer, TRUNCATE_ROW, lsn, truncate=flags)
 
     def _message(self, message: LogicalMessage) -> None:
         prefix = message.prefix
@@ -260,9 +331,7 @@ class WindowCollector:
     def _add(
         self,
         buffer: StreamEventBuffer,
-        op: str,
-        before,
-        after,
+        payload: bytes,
         lsn: int,
         *,
         old_key=None,
@@ -276,21 +345,22 @@ class WindowCollector:
         tx.total += 1
         tx.per_collection[collection] += 1
         buffer.add(
-            op,
-            before,
-            after,
-            source=(tx.commit_ts_us // 1000, self.previous_commit_lsn, tx.xid, lsn, tx.final_lsn),
-            transaction=(tx.id, tx.total, tx.per_collection[collection]),
+            payload,
+            lsn,
+            tx.chunk_index,
+            tx.total,
+            tx.per_collection[collection],
             old_key=old_key,
             new_key=new_key,
             truncate=truncate,
         )
         self.stats.changes += 1
+        self._buffered_bytes += len(payload)
         self._count_buffered()
 
     def _count_buffered(self) -> None:
         self._buffered += 1
-        if self._buffered >= self.max_changes:
+        if self._buffered >= self.max_changes or self._buffered_bytes >= MAX_CHUNK_BYTES:
             self._flush_chunk()
 
     def _commit(self, message: Commit) -> None:
@@ -317,11 +387,12 @@ class WindowCollector:
 
     def _flush_chunk(self) -> None:
         batches: dict[str, list[pa.RecordBatch]] = {}
+        transactions = ChunkTransactions.of(self._chunk_txs)
         for buffer in self._buffers.values():
             if len(buffer):
                 ref = buffer.encoder.table.ref
                 topic = table_topic(self.topic_prefix, ref.schema, ref.name)
-                batches.setdefault(topic, []).append(buffer.to_batch())
+                batches.setdefault(topic, []).append(buffer.to_batch(transactions))
         if len(self._messages):
             batches[message_topic(self.topic_prefix)] = [self._messages.to_batch()]
             self._messages = MessageBuffer(self.context, self.settings.modes)
@@ -337,5 +408,11 @@ class WindowCollector:
                 ", ".join(sorted(batches)) or "none",
             )
         self._buffers = {}
+        self._targets = {}
         self._buffered = 0
+        self._buffered_bytes = 0
         self._tx_rows = []
+        self._chunk_txs = []
+        if self._tx is not None:  # a transaction open across the chunk boundary
+            self._tx.chunk_index = 0
+            self._chunk_txs.append(self._tx.entry())

@@ -233,12 +233,13 @@ def _floor_divide(values: pa.Array, divisor: int) -> pa.Array:
 
 
 def _temporal_special(values: pa.Array) -> pa.Array:
-    """BC dates, years beyond 9999 and ±infinity: outside what Arrow's ISO parser accepts."""
+    """BC dates, years beyond 9999 and ±infinity: outside what Arrow's ISO parser accepts.
+
+    PostgreSQL writes every other date with a 4-digit, zero-padded year, so a character other
+    than '-' at index 4 marks both ``[-]infinity`` and 5+ digit years (one cheap kernel instead
+    of a regular expression: this runs on every timestamp of every chunk)."""
     return pc.fill_null(
-        pc.or_(
-            pc.or_(pc.ends_with(values, " BC"), pc.match_substring(values, "infinity")),
-            pc.match_substring_regex(values, r"^\d{5,}-"),
-        ),
+        pc.or_(pc.ends_with(values, " BC"), pc.not_equal(pc.utf8_slice_codeunits(values, 4, 5), "-")),
         False,
     )
 

@@ -1,0 +1,150 @@
+"""Snapshot throughput against raw COPY and against a plain Spark JDBC read, in the same run.
+
+    .venv/bin/python bench/snapshot.py --rows 2000000 --repeat 3
+
+Fills the benchmark table (``bench/workload.py``) with M rows in a throwaway PostgreSQL 15,
+then measures, on the same table and the same Spark session:
+
+- limit: ``COPY accounts TO STDOUT (FORMAT binary)`` read by the client into nothing;
+- naive: a plain Spark JDBC read partitioned on the key (``spark.read.jdbc`` with ``column``,
+  bounds and ``numPartitions`` = the session's parallelism, ``fetchsize`` 10 000) written to
+  Parquet: what a DAG author would write without this provider;
+- snapshot: the capture's initial snapshot end to end (exported snapshot → partitioned reads →
+  typed Debezium ``op = r`` events → committed Parquet), the job the operator runs.
+
+The SparkSession start is reported separately; a first, unmeasured round warms up the JVM, the
+JDBC driver and Spark's Python workers for all three; every figure after it is a median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
+
+
+def _rounded(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
+
+
+def copy_binary(conn) -> tuple[float, int]:
+    started = time.perf_counter()
+    size = 0
+    with conn.cursor() as cur, cur.copy("COPY accounts TO STDOUT (FORMAT binary)") as copy:
+        for block in copy:
+            size += len(block)
+    return time.perf_counter() - started, size
+
+
+def jdbc_to_parquet(spark, cluster, rows: int, path: Path) -> float:
+    started = time.perf_counter()
+    frame = spark.read.jdbc(
+        url=f"jdbc:postgresql://{cluster.host}:{cluster.port}/bench",
+        table="accounts",
+        column="id",
+        lowerBound=1,
+        upperBound=rows,
+        numPartitions=spark.sparkContext.defaultParallelism,
+        properties={
+            "user": cluster.superuser,
+            "password": cluster.password,
+            "driver": "org.postgresql.Driver",
+            "fetchsize": "10000",
+        },
+    )
+    frame.write.mode("overwrite").parquet(str(path))
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]", help="Spark master for all Spark measurements")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured rounds first (JIT, JDBC driver, Python workers)"
+    )
+    args = parser.parse_args()
+    if not JDBC_JAR.exists():
+        raise SystemExit(f"{JDBC_JAR} is missing: run ./scripts/bootstrap.sh (installs libpostgresql-jdbc-java)")
+
+    import workload
+
+    from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+    from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.spec import PostgresJobSpec, SparkOptions
+    from airflow_provider_cdc.cdc.window import Window
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
+
+    work = scratch_dir("cdc-bench-")
+    cluster = PostgresCluster(available_flavours()["pg15"], work / "pg").start()
+    try:
+        cluster.create_database("bench")
+        with cluster.connect("bench") as conn:
+            workload.create_table(conn)
+            started = time.monotonic()
+            workload.fill(conn, args.rows)
+            conn.execute("VACUUM (FREEZE, ANALYZE) accounts")  # hint bits set: every reader sees the same heap
+            size = conn.execute("SELECT pg_table_size('accounts')").fetchone()[0]
+            print(f"table: {args.rows:,} rows, {size / 2**20:.0f} MiB, filled in {time.monotonic() - started:.1f}s")
+
+        started = time.perf_counter()
+        spark = get_or_create_session(SparkOptions(master=args.master, conf={"spark.jars": str(JDBC_JAR)}))
+        spark_start = time.perf_counter() - started
+
+        info = PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password)
+        copies, naive, ours = [], [], []
+        for attempt in range(-args.warmup, args.repeat):
+            with cluster.connect("bench") as conn:
+                seconds, copied = copy_binary(conn)
+                copies.append(seconds)
+            naive.append(jdbc_to_parquet(spark, cluster, args.rows, work / f"jdbc{attempt}"))
+            shutil.rmtree(work / f"jdbc{attempt}")
+            spec = PostgresJobSpec(
+                topic_prefix="bench",
+                connection=info,
+                slot_name="bench_slot",
+                publication_name="bench_pub",
+                tables=(TableRef("public", "accounts"),),
+                window=Window(1, "snapshot", None, None, 1),
+                sink_path=str(work / f"lake{attempt}"),
+            )
+            started = time.perf_counter()
+            entry = run_job(spec, spark_provider=lambda: spark)
+            ours.append(time.perf_counter() - started)
+            events = sum(d.events for d in entry.datasets if d.topic == "bench.public.accounts")
+            assert events == args.rows, (events, args.rows)
+            shutil.rmtree(work / f"lake{attempt}")
+            if attempt < 0:  # a warm-up round: measured above, not counted
+                del copies[-1], naive[-1], ours[-1]
+
+        copy_s, naive_s, ours_s = (statistics.median(x) for x in (copies, naive, ours))
+        print(f"SparkSession start ({args.master}, with the JDBC jar): {spark_start:.1f}s (not in the figures below)")
+        print(f"COPY binary bytes: {copied:,}")
+        print(f"runs (s): COPY {_rounded(copies)}, naive {_rounded(naive)}, snapshot {_rounded(ours)}")
+        print("| measure | median s | rows/s |")
+        print("|---|---|---|")
+        print(f"| limit: COPY (FORMAT binary) into nothing | {copy_s:.2f} | {args.rows / copy_s:,.0f} |")
+        print(f"| naive: Spark JDBC partitioned read → Parquet | {naive_s:.2f} | {args.rows / naive_s:,.0f} |")
+        print(f"| snapshot end to end (typed events, committed) | {ours_s:.2f} | {args.rows / ours_s:,.0f} |")
+        print(f"ratio snapshot/COPY: {copy_s / ours_s:.3g} (target ≥ 0.4)")
+        print(f"ratio snapshot/naive JDBC: {naive_s / ours_s:.3g} (target ≥ 2)")
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""CI-sized runs of every benchmark under ``bench/``: the harness works and computes its ratios.
+
+No timing is asserted (the machine is shared and noisy); what is asserted is that each command
+builds its workload, runs every measurement, checks its own correctness conditions (each
+script asserts the events it wrote equal the workload) and prints every ratio as a number.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+
+
+def run(script: str, *args: str, timeout: int = 600) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout, cwd=BENCH.parent
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def ratio(output: str, label: str) -> float:
+    found = re.search(rf"{re.escape(label)}: ([\d.e+-]+)", output)
+    assert found, f"no {label!r} in:\n{output}"
+    value = float(found.group(1))
+    assert value > 0
+    return value
+
+
+def test_stream_window_benchmark():
+    out = run("stream_window.py", "--changes", "3000", "--repeat", "1", "--chunk", "1000")
+    ratio(out, "ratio window/limit")
+    ratio(out, "ratio pg_recvlogical/limit")
+    ratio(out, "ratio window/pg_recvlogical")
+    assert "raw decode rows (peek): 3" in out  # 3,000 changes plus BEGIN/COMMIT rows
+    assert "SparkSession started by the window: False" in out
+
+
+def test_backlog_scaling_benchmark():
+    out = run("backlog_scaling.py", "--changes", "1500", "--repeat", "1", "--chunk", "1000")
+    ratio(out, "time ratio 4N/N")
+    ratio(out, "peak RSS ratio 4N/N")
+    assert re.search(r"\| 6,000 \|", out), out
+
+
+def test_snapshot_benchmark():
+    pytest.importorskip("pyspark")
+    out = run("snapshot.py", "--rows", "5000", "--repeat", "1", "--warmup", "1")
+    ratio(out, "ratio snapshot/COPY")
+    ratio(out, "ratio snapshot/naive JDBC")
+    assert re.search(r"SparkSession start \(local\[2\], with the JDBC jar\): [\d.]+s", out), out
+
+
+def test_idle_run_benchmark():
+    out = run("idle_run.py", "--runs", "1", "--neighbour-rows", "2000")
+    assert "idle runs: no JVM, slot acknowledged every time" in out, out
+    assert re.search(r"window task / limit: \d+x", out), out
