@@ -32,10 +32,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
 
 
-def _rounded(values: list[float]) -> str:
-    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
-
-
 def copy_binary(conn) -> tuple[float, int]:
     started = time.perf_counter()
     size = 0
@@ -79,18 +75,12 @@ def main() -> int:
 
     import workload
 
-    from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
     from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-    from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
     from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import PostgresJobSpec, SparkOptions
+    from airflow_provider_cdc.cdc.spec import SparkOptions
     from airflow_provider_cdc.cdc.window import Window
-    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
 
-    work = scratch_dir("cdc-bench-")
-    cluster = PostgresCluster(available_flavours()["pg15"], work / "pg").start()
-    try:
-        cluster.create_database("bench")
+    with workload.bench_cluster() as (cluster, work):
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
             started = time.monotonic()
@@ -103,7 +93,6 @@ def main() -> int:
         spark = get_or_create_session(SparkOptions(master=args.master, conf={"spark.jars": str(JDBC_JAR)}))
         spark_start = time.perf_counter() - started
 
-        info = PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password)
         copies, naive, ours = [], [], []
         for attempt in range(-args.warmup, args.repeat):
             with cluster.connect("bench") as conn:
@@ -111,15 +100,7 @@ def main() -> int:
                 copies.append(seconds)
             naive.append(jdbc_to_parquet(spark, cluster, args.rows, work / f"jdbc{attempt}"))
             shutil.rmtree(work / f"jdbc{attempt}")
-            spec = PostgresJobSpec(
-                topic_prefix="bench",
-                connection=info,
-                slot_name="bench_slot",
-                publication_name="bench_pub",
-                tables=(TableRef("public", "accounts"),),
-                window=Window(1, "snapshot", None, None, 1),
-                sink_path=str(work / f"lake{attempt}"),
-            )
+            spec = workload.job_spec(cluster, Window(1, "snapshot", None, None, 1), work / f"lake{attempt}")
             started = time.perf_counter()
             entry = run_job(spec, spark_provider=lambda: spark)
             ours.append(time.perf_counter() - started)
@@ -132,17 +113,19 @@ def main() -> int:
         copy_s, naive_s, ours_s = (statistics.median(x) for x in (copies, naive, ours))
         print(f"SparkSession start ({args.master}, with the JDBC jar): {spark_start:.1f}s (not in the figures below)")
         print(f"COPY binary bytes: {copied:,}")
-        print(f"runs (s): COPY {_rounded(copies)}, naive {_rounded(naive)}, snapshot {_rounded(ours)}")
-        print("| measure | median s | rows/s |")
-        print("|---|---|---|")
-        print(f"| limit: COPY (FORMAT binary) into nothing | {copy_s:.2f} | {args.rows / copy_s:,.0f} |")
-        print(f"| naive: Spark JDBC partitioned read → Parquet | {naive_s:.2f} | {args.rows / naive_s:,.0f} |")
-        print(f"| snapshot end to end (typed events, committed) | {ours_s:.2f} | {args.rows / ours_s:,.0f} |")
+        runs = workload.rounded
+        print(f"runs (s): COPY {runs(copies)}, naive {runs(naive)}, snapshot {runs(ours)}")
+        workload.print_table(
+            "rows",
+            args.rows,
+            [
+                ("limit: COPY (FORMAT binary) into nothing", copy_s),
+                ("naive: Spark JDBC partitioned read → Parquet", naive_s),
+                ("snapshot end to end (typed events, committed)", ours_s),
+            ],
+        )
         print(f"ratio snapshot/COPY: {copy_s / ours_s:.3g} (target ≥ 0.4)")
         print(f"ratio snapshot/naive JDBC: {naive_s / ours_s:.3g} (target ≥ 2)")
-    finally:
-        cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

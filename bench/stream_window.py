@@ -57,10 +57,6 @@ def recvlogical_seconds(cluster, target: int) -> float | None:
             conn.execute("SELECT pg_drop_replication_slot('bench_probe')")
 
 
-def _rounded(values: list[float]) -> str:
-    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
-
-
 def _profiler(path: str | None):
     if path is None:
         return None
@@ -88,17 +84,11 @@ def main() -> int:
     import workload
 
     from airflow_provider_cdc.cdc.sources.postgres import admin
-    from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
     from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-    from airflow_provider_cdc.cdc.spec import CaptureOptions, PostgresJobSpec
     from airflow_provider_cdc.cdc.window import Window
-    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
 
-    work = scratch_dir("cdc-bench-")
-    cluster = PostgresCluster(available_flavours()["pg15"], work / "pg").start()
-    try:
-        cluster.create_database("bench")
+    with workload.bench_cluster() as (cluster, work):
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
             if args.workload == "one-transaction":
@@ -119,7 +109,6 @@ def main() -> int:
                 f"backlog: {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of WAL, "
                 f"built in {time.monotonic() - started:.1f}s"
             )
-        info = PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password)
         limits, ceilings, windows = [], [], []
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         for attempt in range(args.repeat):
@@ -135,16 +124,8 @@ def main() -> int:
             if ceiling is not None:
                 ceilings.append(ceiling)
             sink = work / f"lake{attempt}"
-            spec = PostgresJobSpec(
-                topic_prefix="bench",
-                connection=info,
-                slot_name="bench_slot",
-                publication_name="bench_pub",
-                tables=(TableRef("public", "accounts"),),
-                window=Window(1, "stream", status.confirmed_flush_lsn, target, 1),
-                sink_path=str(sink),
-                options=CaptureOptions(max_changes_per_chunk=args.chunk),
-            )
+            window = Window(1, "stream", status.confirmed_flush_lsn, target, 1)
+            spec = workload.job_spec(cluster, window, sink, max_changes_per_chunk=args.chunk)
             profiler = _profiler(args.profile if attempt == args.repeat - 1 else None)
             t0 = time.perf_counter()
             entry = run_job(spec, spark_provider=lambda: (_ for _ in ()).throw(AssertionError("no Spark")))
@@ -159,24 +140,20 @@ def main() -> int:
         limit, window = statistics.median(limits), statistics.median(windows)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"driver RSS before the first window: {rss_before:.0f} MiB")
-        print(f"runs (s): peek {_rounded(limits)}, pg_recvlogical {_rounded(ceilings)}, window {_rounded(windows)}")
+        runs = workload.rounded
+        print(f"runs (s): peek {runs(limits)}, pg_recvlogical {runs(ceilings)}, window {runs(windows)}")
         print(f"raw decode rows (peek): {rows}")
-        print("| measure | median s | changes/s |")
-        print("|---|---|---|")
-        print(f"| limit: peek count(*) | {limit:.2f} | {args.changes / limit:,.0f} |")
-        if ceilings:
-            ceiling = statistics.median(ceilings)
-            print(f"| protocol ceiling: pg_recvlogical → /dev/null | {ceiling:.2f} | {args.changes / ceiling:,.0f} |")
-        print(f"| window end to end | {window:.2f} | {args.changes / window:,.0f} |")
+        ceiling = statistics.median(ceilings) if ceilings else None
+        measures = [("limit: peek count(*)", limit)]
+        if ceiling is not None:
+            measures.append(("protocol ceiling: pg_recvlogical → /dev/null", ceiling))
+        workload.print_table("changes", args.changes, [*measures, ("window end to end", window)])
         print(f"ratio window/limit: {limit / window:.3g} (1.0 = as fast as the server's own decode)")
-        if ceilings:
+        if ceiling is not None:
             print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
             print(f"ratio window/pg_recvlogical: {ceiling / window:.3g}")
         print(f"SparkSession started by the window: {'pyspark' in sys.modules} (local sinks are written with Arrow)")
         print(f"driver peak RSS: {peak_mb:.0f} MiB (chunk {args.chunk})")
-    finally:
-        cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

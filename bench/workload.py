@@ -9,6 +9,11 @@ changes (60 % insert, 30 % update, 10 % delete), reproducibly for a given seed.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
 TABLE = """
 CREATE TABLE accounts (
     id bigint PRIMARY KEY,
@@ -81,3 +86,51 @@ def build_backlog(conn, changes: int, seed: float = 0.42) -> None:
 def fill(conn, rows: int, batch: int = 1_000_000) -> None:
     for first in range(1, rows + 1, batch):
         conn.execute(FILL, {"first": first, "last": min(rows, first + batch - 1)})
+
+
+@contextlib.contextmanager
+def bench_cluster() -> Iterator[tuple[object, Path]]:
+    """A throwaway PostgreSQL 15 with an empty ``bench`` database, and a scratch directory;
+    both are removed afterwards."""
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
+
+    work = scratch_dir("cdc-bench-")
+    cluster = PostgresCluster(available_flavours()["pg15"], work / "pg").start()
+    try:
+        cluster.create_database("bench")
+        yield cluster, work
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def rounded(values: list[float]) -> str:
+    """Every run's figure, for the output next to the medians."""
+    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
+
+
+def print_table(unit: str, count: int, rows: list[tuple[str, float]]) -> None:
+    """A Markdown table of ``(measure, median seconds)`` with the rate of ``count`` ``unit``."""
+    print(f"| measure | median s | {unit}/s |")
+    print("|---|---|---|")
+    for label, seconds in rows:
+        print(f"| {label} | {seconds:.2f} | {count / seconds:,.0f} |")
+
+
+def job_spec(cluster, window, sink: Path, **options):
+    """The capture job's spec for the benchmark table (slot ``bench_slot``, publication
+    ``bench_pub``, topic prefix ``bench``); ``options`` are :class:`CaptureOptions` fields."""
+    from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+    from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+    from airflow_provider_cdc.cdc.spec import CaptureOptions, PostgresJobSpec
+
+    return PostgresJobSpec(
+        topic_prefix="bench",
+        connection=PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password),
+        slot_name="bench_slot",
+        publication_name="bench_pub",
+        tables=(TableRef("public", "accounts"),),
+        window=window,
+        sink_path=str(sink),
+        options=CaptureOptions(**options),
+    )

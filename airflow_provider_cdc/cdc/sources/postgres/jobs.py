@@ -262,9 +262,8 @@ def _read_ranges(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     # Runs in Spark's Python workers: one call per partition of block ranges.
-    for batch in batches:
-        for first, end in zip(batch.column("first").to_pylist(), batch.column("end").to_pylist()):
-            yield from read_partition(info, point, table, BlockRange(first, end), context, settings)
+    for block_range in _block_ranges(batches):
+        yield from read_partition(info, point, table, block_range, context, settings)
 
 
 def _write_ranges(
@@ -278,12 +277,17 @@ def _write_ranges(
 ) -> Iterator[pa.RecordBatch]:
     # Runs in Spark's Python workers: each block range becomes one Parquet file, named by the
     # range so a retried task replaces its own file instead of adding a second one.
+    for block_range in _block_ranges(batches):
+        path = f"{directory}/part-{block_range.first:010d}.parquet"
+        written = write_parquet_file(path, read_partition(info, point, table, block_range, context, settings))
+        yield pa.RecordBatch.from_pydict({"file": [path], "rows": [written]})
+
+
+def _block_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[BlockRange]:
+    """The block ranges of one Spark partition of :func:`_snapshot_work`."""
     for batch in batches:
         for first, end in zip(batch.column("first").to_pylist(), batch.column("end").to_pylist()):
-            path = f"{directory}/part-{first:010d}.parquet"
-            events = read_partition(info, point, table, BlockRange(first, end), context, settings)
-            written = write_parquet_file(path, events)
-            yield pa.RecordBatch.from_pydict({"file": [path], "rows": [written]})
+            yield BlockRange(first, end)
 
 
 def _temporary_slot_name() -> str:
