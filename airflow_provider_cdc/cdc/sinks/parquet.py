@@ -12,7 +12,8 @@ supersedes the old one, whose files are then deleted: a re-run replaces, never d
 Driver-side batches (stream windows) are written with Arrow directly when the base path is
 local: the slot has one reader, so Spark executors have nothing to parallelise there, and
 Arrow's writer avoids the JVM round trip. Hadoop URIs go through Spark's writers. Snapshot
-tables are always written by Spark tasks (``write_dataframe``).
+tasks write their own files on local sinks (``write_parquet_file``, ``record_files``) and go
+through Spark's writer otherwise (``write_dataframe``).
 """
 
 from __future__ import annotations

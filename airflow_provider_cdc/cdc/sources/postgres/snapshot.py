@@ -9,7 +9,8 @@ partition has been read.
 Each partition reads a range of heap blocks (``ctid`` ranges, a TID range scan) with
 ``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` in a ``REPEATABLE READ`` transaction that imported
 the snapshot, parses the CSV with Arrow's streaming reader into text columns, and converts them
-with the same :func:`types.cast_text` as the stream. Partitions run as Spark tasks.
+with the same :func:`types.cast_text` as the stream. Partitions run as Spark tasks, in whole
+waves of the session's parallelism (:func:`partition_count`).
 """
 
 from __future__ import annotations
