@@ -130,8 +130,8 @@ class WindowCollector:
         self._relations: dict[int, tuple[TableEncoder, int] | None] = {}
         self._relation_versions: Counter = Counter()
         self._buffers: dict[tuple[int, int], StreamEventBuffer] = {}
-        # relation oid → (buffer, data collection) of the current chunk; None: not captured
-        self._targets: dict[int, tuple[StreamEventBuffer, str] | None] = {}
+        # relation oid → its buffer in the current chunk; None: published but not captured
+        self._targets: dict[int, StreamEventBuffer | None] = {}
         self._messages = MessageBuffer(context, self.settings.modes)
         self._buffered = 0
         self._buffered_bytes = 0
@@ -250,28 +250,15 @@ class WindowCollector:
             (oid,) = _UINT32.unpack_from(payload, 1)
         except struct.error:
             raise DecodingError(f"malformed pgoutput {chr(payload[0])!r} message ({len(payload)} bytes)") from None
-        target = self._targets.get(oid, False)
-        if target is False:
-            buffer = self._buffer(oid)
-            target = self._targets[oid] = None if buffer is None else (buffer, buffer.encoder.table.ref.data_collection)
-        if target is None:
+        buffer = self._targets.get(oid, False)
+        if buffer is False:
+            buffer = self._targets[oid] = self._buffer(oid)
+        if buffer is None:
             return
-        buffer, collection = target
         if payload[0] == 0x55 and len(payload) > 5 and payload[5] != 0x4E:  # an Update carrying its old tuple
             self._update_with_old(buffer, oid, payload, lsn)
-            return
-        tx = self._tx
-        if tx is None:
-            raise DecodingError("a row change arrived outside a transaction")
-        tx.total += 1
-        per_collection = tx.per_collection
-        per_collection[collection] += 1
-        buffer.add(payload, lsn, tx.chunk_index, tx.total, per_collection[collection])
-        self.stats.changes += 1
-        self._buffered += 1
-        self._buffered_bytes += len(payload)
-        if self._buffered >= self.max_changes or self._buffered_bytes >= MAX_CHUNK_BYTES:
-            self._flush_chunk()
+        else:
+            self._add(buffer, payload, lsn)
 
     def _update_with_old(self, buffer: StreamEventBuffer, oid: int, payload: bytes, lsn: int) -> None:
         """An Update with an old 'K' (key changed) or 'O' (REPLICA IDENTITY FULL) tuple: decoded
