@@ -152,9 +152,9 @@ def _parse_image(
     where each tuple ends.
 
     The walk is optimistic: every read is clipped to the buffer, and the checks run once at the
-    end. Positions only move forward (a text value moves by 5 + its length, anything else by
-    1), so a malformed tuple always shows as one that runs past its message, a negative length
-    or an unknown column kind.
+    end. Positions only move forward (a text value moves by 5 + its length, clamped at 0,
+    anything else by 1), so a malformed tuple always shows as one that runs past its message, a
+    negative length or an unknown column kind.
 
     Every (row, column) gets a start in buffer order, also where there is no value (a NULL
     starts after its kind byte, a missing image at ``absent_at``, both with length 0), so that
@@ -181,12 +181,14 @@ def _parse_image(
         raw_length = words[np.minimum(pos + 1, last)].view(">i4").ravel()
         start = pos + np.where(text, 5, 1)
         length = np.where(text, raw_length, 0)
-        pos = start + length
+        # A negative length is reported below; the walk itself never moves backwards, so no
+        # read can land before the buffer.
+        pos = start + np.maximum(length, 0)
         if full:
             kinds[j], starts[j], lengths[j] = kind, start, length
         else:
             kinds[j, index], starts[j, index], lengths[j, index] = kind, start, length
-    # A negative length walks backwards, so it is checked first; then the end, then the kinds.
+    # A negative length is checked first (what follows it is garbage); then the end, then the kinds.
     _check_rows(((lengths if full else lengths[:, index]) >= 0).all(axis=0), index, "has a negative value length")
     _check_rows(pos <= limit, index, "has a tuple that runs past its end")
     present = kinds if full else kinds[:, index]

@@ -122,6 +122,16 @@ def test_malformed_messages_are_named(payload, problem):
     assert caught.value.row == 1
 
 
+def test_a_length_read_from_the_next_message_does_not_walk_before_the_buffer():
+    # Found by the property test above: a cut inside a length field reads the next message's
+    # bytes as a large negative length; the walk must still stay inside the buffer.
+    good = encode(Insert(7, (b"a", b"b", b"c")))
+    cut = b"I\0\0\0\x07N\0\x03t\0\0\0\x02\xc2\x80t\xc2\x80"
+    with pytest.raises(columnar.MalformedRow, match="negative value length") as caught:
+        columnar.decode_rows([good, cut, good], 3)
+    assert caught.value.row == 1
+
+
 def test_text_that_is_not_utf8_is_a_clear_error():
     rows = columnar.decode_rows([encode(Insert(7, (b"\xff\xfe",)))], 1)
     with pytest.raises(DecodingError, match=r"not valid UTF-8.*UTF8"):
