@@ -22,11 +22,14 @@ from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity
 from airflow_provider_cdc.cdc.sources.postgres.planning import validate_snapshot_mode
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.sources.postgres.types import DEFAULT_PLACEHOLDER, ValueModes
-from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions
+from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.offsets.base import OffsetStore
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 OFFSET_STORES = ("variable", "state_table")
+#: A table that joins the capture after its snapshot: "incremental" snapshots it while capture
+#: continues; "fail" stops the window until a full snapshot ran (the behaviour before 0.x).
+NEW_TABLE_SNAPSHOT = ("incremental", "fail")
 
 
 @dataclass
@@ -75,6 +78,14 @@ class PostgresCapture:
     column_text_list: Sequence[str] = ()
     message_prefix_include_list: Sequence[str] = ()
     message_prefix_exclude_list: Sequence[str] = ()
+    # Incremental snapshots (docs/incremental.md): Debezium's signal.data.collection (a table with
+    # columns id, type, data whose inserts are read from the stream), chunking, watermarks, and
+    # what happens to a table that joins the capture after its snapshot.
+    signal_table: str | TableRef | None = None
+    incremental_chunk_size: int = 50_000
+    incremental_chunks_per_run: int = 20
+    incremental_watermarks: str = "message"
+    new_table_snapshot: str = "incremental"
 
     def __post_init__(self) -> None:
         validate_topic_prefix(self.topic_prefix)
@@ -124,6 +135,16 @@ class PostgresCapture:
                 TableRef.parse(self.offset_table)
             except CdcConfigurationError as exc:
                 raise CdcConfigurationError(f"offset_table {self.offset_table!r} is invalid: {exc}") from None
+        if self.signal_table is not None:
+            try:
+                TableRef.coerce(self.signal_table)
+            except CdcConfigurationError as exc:
+                raise CdcConfigurationError(f"signal_table {self.signal_table!r} is invalid: {exc}") from None
+        validate_watermarks(self.incremental_watermarks, self.signal_table_ref)
+        if self.new_table_snapshot not in NEW_TABLE_SNAPSHOT:
+            raise CdcConfigurationError(
+                f"new_table_snapshot {self.new_table_snapshot!r} is not one of {', '.join(NEW_TABLE_SNAPSHOT)}"
+            )
         self.capture_options()  # validates the tuning knobs
         self.event_settings()  # validates modes, patterns and masking rules
 
@@ -137,6 +158,10 @@ class PostgresCapture:
         from airflow_provider_cdc.cdc.sources.postgres.admin import resolve_tables
 
         return resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
+
+    @property
+    def signal_table_ref(self) -> TableRef | None:
+        return None if self.signal_table is None else TableRef.coerce(self.signal_table)
 
     @property
     def resolved_slot_name(self) -> str:
@@ -166,6 +191,8 @@ class PostgresCapture:
             snapshot_partition_bytes=self.snapshot_partition_bytes,
             snapshot_max_partitions=self.snapshot_max_partitions,
             idle_timeout_seconds=self.idle_timeout_seconds,
+            incremental_chunk_size=self.incremental_chunk_size,
+            incremental_chunks_per_run=self.incremental_chunks_per_run,
         )
 
     def event_settings(self) -> EventSettings:

@@ -17,6 +17,7 @@ from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
+from airflow_provider_cdc.cdc.sources.postgres.incremental import WATERMARK_MODES, IncrementalState
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
@@ -31,10 +32,14 @@ class CaptureOptions:
     snapshot_partition_bytes: int = 128 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
+    incremental_chunk_size: int = 50_000
+    incremental_chunks_per_run: int = 20
 
     def __post_init__(self) -> None:
         for name, minimum, unit in (
             ("max_changes_per_chunk", 1, ""),
+            ("incremental_chunk_size", 1, ""),
+            ("incremental_chunks_per_run", 1, ""),
             ("snapshot_partition_bytes", 1024 * 1024, " (1 MiB)"),
             ("snapshot_max_partitions", 1, ""),
         ):
@@ -79,6 +84,9 @@ class PostgresJobSpec:
     spark: SparkOptions = field(default_factory=SparkOptions)
     events: EventSettings = field(default_factory=EventSettings)
     gap: CaptureGap | None = None  # a re-snapshot after lost changes records why
+    incremental: IncrementalState | None = None  # the running incremental snapshot (stream windows)
+    signal_table: TableRef | None = None  # Debezium's signal.data.collection
+    incremental_watermarks: str = "message"
 
     connector = "postgresql"
 
@@ -86,6 +94,7 @@ class PostgresJobSpec:
         validate_topic_prefix(self.topic_prefix)
         if not self.tables:
             raise CdcConfigurationError("no tables to capture")
+        validate_watermarks(self.incremental_watermarks, self.signal_table)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +112,9 @@ class PostgresJobSpec:
             "spark": self.spark.to_dict(),
             "events": self.events.to_dict(),
             "gap": None if self.gap is None else self.gap.to_dict(),
+            "incremental": None if self.incremental is None else self.incremental.to_dict(),
+            "signal_table": None if self.signal_table is None else self.signal_table.to_json(),
+            "incremental_watermarks": self.incremental_watermarks,
         }
 
     def to_json(self) -> str:
@@ -129,6 +141,18 @@ class PostgresJobSpec:
             spark=SparkOptions.from_dict(data.get("spark") or {}),
             events=EventSettings.from_dict(data.get("events") or {}),
             gap=CaptureGap.from_dict(data["gap"]) if data.get("gap") else None,
+            incremental=IncrementalState.from_dict(data["incremental"]) if data.get("incremental") else None,
+            signal_table=TableRef(*data["signal_table"]) if data.get("signal_table") else None,
+            incremental_watermarks=data.get("incremental_watermarks", "message"),
+        )
+
+
+def validate_watermarks(mode: str, signal_table: TableRef | None) -> None:
+    if mode not in WATERMARK_MODES:
+        raise CdcConfigurationError(f"incremental_watermarks {mode!r} is not one of {', '.join(WATERMARK_MODES)}")
+    if mode != "message" and signal_table is None:
+        raise CdcConfigurationError(
+            f"incremental_watermarks={mode!r} writes watermark rows into the signal table: set signal_table"
         )
 
 

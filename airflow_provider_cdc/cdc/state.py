@@ -2,6 +2,8 @@
 
 For one table, events apply in order ``(window, snapshot rows first, commit LSN, total_order)``:
 
+- incremental snapshot rows (``op = r``, ``source.snapshot = "incremental"``) apply at their
+  chunk's high watermark like any change, and reset nothing;
 - the last snapshot window or ``TRUNCATE`` resets the table (a snapshot window is a complete
   image; a truncate empties it), so only what follows counts;
 - per key the last event wins: ``d`` removes the row, ``r``/``c``/``u`` set it; a primary-key
@@ -175,7 +177,9 @@ def fold(spark: Any, events: Any, base: Any) -> Any:
         value_type = _spark(merged)
     position = _position(
         F.col("window_id").cast("long"),
-        F.when(F.col("op") == "r", 0).otherwise(1),
+        # Initial snapshot rows come first in their window; incremental snapshot rows sit at their
+        # chunk's high watermark (source.commit_lsn), between the stream's transactions.
+        F.when((F.col("op") == "r") & (F.col("source.snapshot") != "incremental"), 0).otherwise(1),
         F.coalesce(F.col("source.commit_lsn"), F.lit(0)),
         F.coalesce(F.col("transaction.total_order"), F.lit(0)),
     )

@@ -24,7 +24,16 @@ from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
+from airflow_provider_cdc.cdc.sources.postgres.chunks import is_staged_topic
 from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.incremental import (
+    IncrementalState,
+    Signal,
+    SignalError,
+    TableProgress,
+    apply_signal,
+    remember_applied,
+)
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec
@@ -96,6 +105,18 @@ class PostgresCdcSetupOperator(_CaptureOperator):
             report = hook.preflight(tables, slot_name=capture.resolved_slot_name if streams else None)
             for described in report.tables.values():  # column filters and masks that cannot apply
                 TableEncoder(described, described.columns, capture.event_settings())
+            published = list(tables)
+            signal = capture.signal_table_ref
+            if signal is not None:
+                with hook.session() as conn:
+                    described_signal = admin.describe_tables(conn, [signal])[signal]
+                    admin.raise_if_problems(
+                        admin.check_signal_table(conn, described_signal, capture.incremental_watermarks),
+                        CdcConfigurationError,
+                        "the signal table cannot be used",
+                    )
+                if signal not in published:
+                    published.append(signal)  # signals are read from the stream, like Debezium
             store = capture.store()
             stored = load_offset(store, capture.topic_prefix)  # malformed, or another capture's
             if stored is not None:
@@ -104,7 +125,7 @@ class PostgresCdcSetupOperator(_CaptureOperator):
                     source=store.describe(capture.topic_prefix),
                 )
             publication = hook.ensure_publication(
-                capture.resolved_publication_name, tables, capture.publication_autocreate_mode
+                capture.resolved_publication_name, published, capture.publication_autocreate_mode
             )
             slot_created = hook.ensure_slot(capture.resolved_slot_name)[1] if streams else False
         server, tables = report.server, report.tables
@@ -169,6 +190,9 @@ class _WindowOperator(_CaptureOperator):
             options=capture.capture_options(),
             spark=capture.spark_options(),
             events=capture.event_settings(),
+            incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
+            signal_table=capture.signal_table_ref,
+            incremental_watermarks=capture.incremental_watermarks,
         )
 
     def _run_job(self, spec: PostgresJobSpec) -> CommitEntry:
@@ -284,17 +308,33 @@ class PostgresCdcBatchOperator(_WindowOperator):
     """One stream window: changes committed in ``[offset, upto_lsn)``, written, then acknowledged.
 
     :param capture: the capture's configuration
+    The window also carries the capture's incremental snapshot (docs/incremental.md): it emits
+    the chunks the previous window read, applies signals, and reads the next chunks.
+
+    :param capture: the capture's configuration
     :param upto_lsn: end of the window (exclusive, on commit LSNs); default: the server's current
         WAL insert position at run start. Templated.
+    :param signals: Debezium signals to apply before the window, e.g.
+        ``[{"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}]``
+        (a list of objects, or its JSON). Signals in the DAG run's conf under ``cdc_signals`` are
+        applied too. Each is applied once, also when the task is retried. Templated.
     """
 
-    template_fields: Sequence[str] = ("upto_lsn",)
+    template_fields: Sequence[str] = ("upto_lsn", "signals")
 
-    def __init__(self, *, capture: PostgresCapture, upto_lsn: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        capture: PostgresCapture,
+        upto_lsn: str | None = None,
+        signals: Sequence[dict[str, Any]] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         # Runs after a snapshot task that is skipped once the snapshot exists.
         kwargs.setdefault("trigger_rule", "none_failed")
         super().__init__(capture=capture, **kwargs)
         self.upto_lsn = upto_lsn
+        self.signals = signals
 
     def _run(self, context: Context) -> dict[str, Any]:
         capture = self.capture
@@ -304,8 +344,9 @@ class PostgresCdcBatchOperator(_WindowOperator):
             requested = Lsn(self.upto_lsn) if self.upto_lsn not in (None, "") else None
         except InvalidLsnError as exc:
             raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
+        signals = airflow_signals(self.signals, context, self.task_id)
         with self._state() as state:
-            self._refuse_tables_without_snapshot(state)
+            new_tables = self._tables_without_snapshot(state)
             slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
 
             def plan_window() -> planning.StreamPlan:
@@ -321,6 +362,8 @@ class PostgresCdcBatchOperator(_WindowOperator):
                 )
 
             plan = plan_window()  # validates everything before the heartbeat writes to the source
+            # Signals and new tables are checked here too, before anything is written.
+            incremental, known_tables, applied = _incremental_update(state.offset, signals, new_tables, state.tables)
             retrying = state.offset is not None and plan.window == state.offset.pending
             if capture.heartbeat_action_query and not retrying:
                 admin.run_heartbeat(state.conn, capture.heartbeat_action_query)
@@ -328,9 +371,14 @@ class PostgresCdcBatchOperator(_WindowOperator):
                     plan = plan_window()  # a target after the heartbeat, so it lands in this window
             for note in plan.notes:
                 self.log.warning("%s", note)
+            offset = plan.offset
+            if incremental is not None:
+                offset = replace(offset, incremental=incremental, extra={**offset.extra, **known_tables})
+            for note in applied:
+                self.log.info("%s", note)
             if plan.acknowledge_first is not None:
                 state.acknowledge(plan.acknowledge_first)
-            state.save(plan.offset)
+            state.save(offset)
             faults.point("operator.pending_saved")
             self.log.info(
                 "window %s: [%s, %s), %d bytes of WAL; slot lag before the run: %s bytes",
@@ -340,7 +388,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
                 (plan.window.to_lsn or 0) - (plan.window.from_lsn or 0),
                 slot.pending_bytes,
             )
-            entry = self._run_job(self._spec(state, plan.window, plan.offset))
+            entry = self._run_job(self._spec(state, plan.window, offset))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             faults.point("operator.offset_saved")
             assert entry.window.to_lsn is not None
@@ -357,18 +405,22 @@ class PostgresCdcBatchOperator(_WindowOperator):
         )
         return summary
 
-    def _refuse_tables_without_snapshot(self, state: _RunState) -> None:
+    def _tables_without_snapshot(self, state: _RunState) -> list[TableRef]:
+        """Tables that joined the capture after its snapshot: snapshotted incrementally (the
+        default), or refused with ``new_table_snapshot='fail'``."""
         snapshotted = state.offset.extra.get("tables") if state.offset is not None else None
         if snapshotted is None or self.capture.snapshot_mode == "never":
-            return
+            return []
         known = {TableRef(*t) for t in snapshotted}
         new = [r for r in state.tables if r not in known]
-        if new:
+        if new and self.capture.new_table_snapshot == "fail":
             raise SnapshotRequiredError(
                 f"table(s) {', '.join(map(str, new))} joined capture {self.capture.topic_prefix!r} after its "
                 "snapshot: their existing rows were never captured. Run the snapshot once more "
-                "(snapshot_mode='always' for one run) before streaming them, or remove them from the capture."
+                "(snapshot_mode='always' for one run) before streaming them, remove them from the capture, "
+                "or set new_table_snapshot='incremental'."
             )
+        return new
 
 
 class PostgresCdcCurrentStateOperator(_CaptureOperator):
@@ -449,11 +501,79 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
         return results
 
 
+def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:
+    """Signals given to the operator (``signals``) and in the DAG run's conf (``cdc_signals``).
+
+    Each gets a stable id (its own ``id``, or one made of the run, the task and its position), so
+    a retried task does not apply it twice."""
+    import json
+
+    dag_run = context.get("dag_run")
+    conf = (getattr(dag_run, "conf", None) or {}) if dag_run is not None else {}
+    run = f"{getattr(dag_run, 'dag_id', '?')}:{getattr(dag_run, 'run_id', '?')}"
+    out: list[Signal] = []
+    for origin, key, raw in (
+        ("operator argument 'signals'", "arg", value),
+        ("DAG run conf 'cdc_signals'", "conf", conf.get("cdc_signals") if isinstance(conf, dict) else None),
+    ):
+        if raw in (None, "", [], ()):
+            continue
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError as exc:
+                raise SignalError(f"{origin} is not valid JSON: {exc}") from None
+        items = [raw] if isinstance(raw, dict) else raw
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, dict) for i in items):
+            raise SignalError(f"{origin} must be a signal object or a list of them, got {type(raw).__name__}")
+        for i, item in enumerate(items):
+            unknown = sorted(set(item) - {"id", "type", "data"})
+            if unknown:
+                raise SignalError(f"{origin}: signal {i} has unknown keys {unknown} (use id, type, data)")
+            signal_id = item.get("id") or f"airflow:{run}:{task_id}:{key}:{i}"
+            out.append(Signal.parse(signal_id, item.get("type"), item.get("data"), origin=f"Airflow {origin}"))
+    return out
+
+
+def _incremental_update(
+    offset: PostgresOffset | None,
+    signals: Sequence[Signal],
+    new_tables: Sequence[TableRef],
+    captured: Sequence[TableRef],
+) -> tuple[IncrementalState | None, dict[str, Any], list[str]]:
+    """The incremental snapshot state after Airflow-side signals and newly captured tables;
+    raises :class:`SignalError` for a signal that cannot apply. (None: nothing to change.)"""
+    if not signals and not new_tables:
+        return None, {}, []
+    state = (offset.incremental if offset is not None else None) or IncrementalState()
+    notes: list[str] = []
+    for ref in new_tables:
+        if state.progress(ref) is None:
+            state = replace(state, tables=(*state.tables, TableProgress(ref, f"new-table:{ref.data_collection}")))
+            notes.append(f"{ref} joined the capture after its snapshot: snapshotting its rows incrementally")
+    for signal in signals:
+        if signal.id in state.applied_signals:
+            notes.append(f"{signal.describe()}: already applied (a retry)")
+            continue
+        state, note = apply_signal(state, signal, captured)
+        state = remember_applied(state, signal.id)
+        notes.append(note)
+    known: dict[str, Any] = {}
+    if new_tables and offset is not None:
+        listed = [list(t) for t in offset.extra.get("tables", [])]
+        known = {"tables": listed + [r.to_json() for r in new_tables if r.to_json() not in listed]}
+    return state, known, notes
+
+
 def _summary(
     entry: CommitEntry, capture: PostgresCapture, *, confirmed_lsn: Lsn | None, slot: admin.SlotStatus | None
 ) -> dict[str, Any]:
     side = side_topics(capture.topic_prefix)
-    events = {d.topic: dict(d.ops) for d in entry.datasets if d.topic not in side}
+    events = {
+        d.topic: dict(d.ops)
+        for d in entry.datasets
+        if d.topic not in side and not is_staged_topic(capture.topic_prefix, d.topic)
+    }
     return {
         "window_id": entry.window_id,
         "kind": entry.window.kind,
@@ -467,7 +587,17 @@ def _summary(
         "sink_path": capture.sink_path,
         "job_pid": entry.stats.get("job_pid"),
         "gap": entry.stats.get("gap"),
+        **_incremental_summary(entry),
     }
+
+
+def _incremental_summary(entry: CommitEntry) -> dict[str, Any]:
+    if "incremental" not in entry.stats:
+        return {}
+    state = IncrementalState.from_dict(entry.stats["incremental"])
+    if state.idle and not state.history and not entry.stats.get("incremental_run", {}).get("notes"):
+        return {}
+    return {"incremental_snapshot": {**state.summary(), **entry.stats.get("incremental_run", {})}}
 
 
 def _gap(

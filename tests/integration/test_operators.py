@@ -414,10 +414,31 @@ def test_table_include_list_selects_tables_by_pattern(shop_db, tmp_path):
             assert_same_state(replay(events_of(tmp_path, "shop", table), ["id"]), source_rows(conn, table, ["id"]))
 
 
-def test_a_table_joining_after_the_snapshot_is_refused_until_snapshotted(shop_db, tmp_path):
+def test_a_table_joining_after_the_snapshot_is_snapshotted_incrementally(shop_db, tmp_path):
     db, conn_id = shop_db
     errors: dict = {}
     capture = make_capture(db, conn_id, tmp_path, tables=[], table_include_list=["public\\.(customers|orders|extra)"])
+    dag = capture_dag(f"joinincr_{db.name}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    db.execute("CREATE TABLE extra (id int PRIMARY KEY, v text); INSERT INTO extra VALUES (1, 'a'), (2, 'b')")
+    joined = af.run(dag, 1, errors=errors)  # setup publishes it; the window reads its rows as a chunk
+    assert joined.state == "success", errors
+    summary = joined.xcom["window"]["incremental_snapshot"]
+    assert summary["staged_chunks"] == 1 and summary["finished"]["public.extra"]["status"] == "done"
+    db.execute("UPDATE extra SET v = 'c' WHERE id = 2; INSERT INTO extra VALUES (3, 'd')")
+    assert af.run(dag, 2, errors=errors).state == "success", errors  # emits the chunk
+    events = events_of(tmp_path, "shop", "public.extra")
+    assert sorted(e["after"]["id"] for e in events if e["op"] == "r") == [1, 2]
+    assert {e["source"]["snapshot"] for e in events if e["op"] == "r"} == {"incremental"}
+    with db.connect() as conn:
+        assert_same_state(replay(events, ["id"]), source_rows(conn, "public.extra", ["id"]))
+
+
+def test_a_table_joining_after_the_snapshot_is_refused_when_asked(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    pattern = ["public\\.(customers|orders|extra)"]
+    capture = make_capture(db, conn_id, tmp_path, tables=[], table_include_list=pattern, new_table_snapshot="fail")
     dag = capture_dag(f"joining_{db.name}", capture, errors)
     assert af.run(dag, 0, errors=errors).state == "success", errors
     db.execute("CREATE TABLE extra (id int PRIMARY KEY); INSERT INTO extra VALUES (1), (2)")
@@ -431,8 +452,9 @@ def test_a_table_joining_after_the_snapshot_is_refused_until_snapshotted(shop_db
             conn_id,
             tmp_path,
             tables=[],
-            table_include_list=["public\\.(customers|orders|extra)"],
+            table_include_list=pattern,
             snapshot_mode="always",
+            new_table_snapshot="fail",
         ),
         errors,
     )
@@ -442,3 +464,28 @@ def test_a_table_joining_after_the_snapshot_is_refused_until_snapshotted(shop_db
         assert_same_state(
             replay(events_of(tmp_path, "shop", "public.extra"), ["id"]), source_rows(conn, "public.extra", ["id"])
         )
+
+
+def test_airflow_signals_start_stop_and_refuse_bad_input(shop_db, tmp_path):
+    db, conn_id = shop_db
+    errors: dict = {}
+    capture = make_capture(db, conn_id, tmp_path, incremental_chunk_size=3, incremental_chunks_per_run=1)
+    dag = capture_dag(f"signals_{db.name}", capture, errors, signals="{{ params.get('signals', []) | tojson }}")
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    store = capture.store()
+    before = store.load("shop")
+    bad = af.run(dag, 1, errors=errors, conf={"cdc_signals": [{"type": "execute-snapshot", "data": {}}]})
+    assert bad.tasks["window"] == "failed"
+    assert "data-collections is required" in bad.error("window")
+    assert store.load("shop") == before  # nothing was stored
+    start = {"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}
+    started = af.run(dag, 2, errors=errors, conf={"cdc_signals": [start]})
+    assert started.state == "success", errors
+    assert started.xcom["window"]["incremental_snapshot"]["tables"]["public.orders"]["status"] == "running"
+    stop = {"type": "stop-snapshot", "data": {"type": "incremental"}}
+    stopped = af.run(dag, 3, errors=errors, conf={"cdc_signals": stop})
+    assert stopped.state == "success", errors
+    summary = stopped.xcom["window"]["incremental_snapshot"]
+    assert summary["finished"]["public.orders"]["status"] == "stopped" and summary["staged_chunks"] == 0
+    emitted = [e for e in events_of(tmp_path, "shop", "public.orders") if e["source"]["snapshot"] == "incremental"]
+    assert emitted == []  # the chunk staged by run 2 was dropped with the stop

@@ -32,12 +32,12 @@ def register(dag) -> None:
     sync_bag_to_db(bag, "dags-folder", None)
 
 
-def run(dag, hour: int = 0, *, errors: dict | None = None) -> DagResult:
+def run(dag, hour: int = 0, *, errors: dict | None = None, conf: dict | None = None) -> DagResult:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     logical_date = START.add(hours=hour)
-    run = dag.test(logical_date=logical_date, run_after=logical_date)
+    run = dag.test(logical_date=logical_date, run_after=logical_date, run_conf=conf)
     tasks, xcom = {}, {}
     with create_session() as session:
         for ti in run.get_task_instances(session=session):

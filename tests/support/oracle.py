@@ -28,9 +28,10 @@ def ordered(events: Iterable[dict]) -> list[dict]:
     """Window by window; inside a stream window by (commit LSN, position in the transaction)."""
 
     def key(event: dict) -> tuple:
-        if event["op"] == "r":
+        if event["op"] == "r" and not incremental(event):
             return (event["window_id"], 0, 0)
-        return (event["window_id"], event["source"]["commit_lsn"], event["transaction"]["total_order"])
+        order = event["transaction"]["total_order"] if event["transaction"] else 0
+        return (event["window_id"], event["source"]["commit_lsn"], order)
 
     return sorted(events, key=key)
 
@@ -47,7 +48,7 @@ def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, di
     for event in ordered(events):
         op, before, after = event["op"], event["before"], event["after"]
         unchanged = event.get("unchanged_toast_columns") or []
-        if op == "r" and event["window_id"] != snapshot_window:
+        if op == "r" and not incremental(event) and event["window_id"] != snapshot_window:
             snapshot_window = event["window_id"]
             state.clear()
         if op in ("r", "c", "u"):
@@ -69,6 +70,11 @@ def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, di
         else:
             raise AssertionError(f"unexpected op {op!r}")
     return state
+
+
+def incremental(event: dict) -> bool:
+    """An ``op = r`` row of an incremental snapshot: ordered at its watermark, resets nothing."""
+    return event["source"]["snapshot"] == "incremental"
 
 
 def source_rows(conn, table: str | tuple[str, str], key_columns: Sequence[str]) -> dict[tuple, dict]:

@@ -275,6 +275,30 @@ def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
     return problems
 
 
+def check_signal_table(conn, table: TableInfo, watermarks: str) -> list[str]:
+    """Debezium's signal table: columns ``id``, ``type``, ``data`` (in that order), readable, and
+    writable when the incremental snapshot writes its watermark rows into it."""
+    names = [c.name for c in table.columns]
+    problems = []
+    if names[:3] != ["id", "type", "data"]:
+        problems.append(
+            f"signal table {table.ref} must start with the columns id, type, data (it has "
+            f"{', '.join(names) or 'none'}); e.g. CREATE TABLE {table.ref} (id varchar(64) PRIMARY KEY, "
+            "type varchar(32) NOT NULL, data varchar(2048))"
+        )
+    role = sql_ident(conn.execute("SELECT current_user").fetchone()[0])
+    needed = {"message": ["SELECT"], "insert_insert": ["SELECT", "INSERT"]}.get(
+        watermarks, ["SELECT", "INSERT", "DELETE"]
+    )
+    for privilege in needed:
+        if not conn.execute("SELECT has_table_privilege(%s, %s)", (table.oid, privilege)).fetchone()[0]:
+            problems.append(
+                f"the capture role cannot {privilege} on signal table {table.ref}: "
+                f"GRANT {privilege} ON {table.ref} TO {role}"
+            )
+    return problems
+
+
 def raise_if_problems(problems: list[str], error: type[CdcConfigurationError], heading: str) -> None:
     if problems:
         bullet = "\n  - "

@@ -282,6 +282,7 @@ class StreamEventBuffer:
     def __init__(self, encoder: TableEncoder, context: EventContext):
         self.encoder = encoder
         self.context = context
+        self.counted = True  # False: rows of a table read for the capture itself (signals)
         self.width = len(encoder.relation_columns)
         self.payloads: list[bytes] = []
         self.lsns: list[int] = []

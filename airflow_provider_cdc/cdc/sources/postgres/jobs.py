@@ -23,8 +23,11 @@ from airflow_provider_cdc.cdc.naming import Topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink, write_parquet_file
 from airflow_provider_cdc.cdc.sources.postgres import admin
+from airflow_provider_cdc.cdc.sources.postgres.chunks import CHUNK_ID_FIELD, staged_topic
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.incremental import XidSnapshot
+from airflow_provider_cdc.cdc.sources.postgres.incremental_run import IncrementalRun
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
     BlockRange,
@@ -75,7 +78,7 @@ def _lazy_session(spec: PostgresJobSpec) -> SparkProvider:
     return provider
 
 
-def _topics(spec: PostgresJobSpec, tables: dict) -> list[Topic]:
+def _topics(spec: PostgresJobSpec, tables: Any) -> list[Topic]:
     topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
     prefix = spec.topic_prefix
     return [*topics, Topic.transactions(prefix), Topic.messages(prefix), Topic.gaps(prefix)]
@@ -97,25 +100,31 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
     # This session also resolves the types of columns added while the window is read.
     with connect(info) as catalog:
         tables = _check_stream_source(catalog, spec)
+        # Transactions still in flight now may commit inside this window unseen by a chunk read
+        # at its end (see IncrementalRun.unseen).
+        baseline = XidSnapshot.parse(catalog.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
         log.info(
             "reading %s from slot %r (%d bytes of WAL)",
             window.describe(),
             spec.slot_name,
             window.to_lsn - window.from_lsn,
         )
+        incremental = IncrementalRun(spec, tables, baseline)
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
-        writer = sink.open_window(window, _topics(spec, tables))
+        writer = sink.open_window(window, [*_topics(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
+        context = _context(spec)
         collector = WindowCollector(
             window=window,
             tables=tables,
-            context=_context(spec),
+            context=context,
             topic_prefix=spec.topic_prefix,
             previous_commit_lsn=spec.previous_commit_lsn,
             max_changes_per_chunk=spec.options.max_changes_per_chunk,
-            flush=writer.write_chunk,
+            flush=incremental.wrap(writer.write_chunk),
             settings=spec.events,
             types=TypeCache(catalog, known),
+            uncounted=incremental.uncounted,
         )
         try:
             if not window.is_empty_range:
@@ -132,10 +141,18 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
                     faults.point("window.streaming")
                     collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
             stats = collector.finish()
+            faults.point("window.read_done")
+            incremental_stats = incremental.finish(
+                catalog,
+                context,
+                write=writer.write_batches,
+                stage=lambda ref, batch: _stage(writer, staged_topic(spec.topic_prefix, ref), batch),
+                read_dataset=functools.partial(_read_dataset, sink),
+                position=str(window.to_lsn),
+            )
         finally:
             writer.close()  # no writer thread outlives a failed read; commit() still sees write errors
-    faults.point("window.read_done")
-    return writer.commit(
+    entry = writer.commit(
         window,
         transactions=stats.transactions,
         last_commit_lsn=stats.last_commit_lsn,
@@ -149,17 +166,51 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "key_changes": stats.key_changes,
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
+            **incremental_stats,
         },
     )
+    _drop_emitted_chunks(sink, incremental.emitted)
+    return entry
+
+
+def _stage(writer: Any, topic: Topic, batch: pa.RecordBatch) -> str:
+    writer.write_batches(topic, [batch])
+    return writer.dataset_path(topic)
+
+
+def _read_dataset(sink: ParquetSink, path: str, chunk_id: str) -> pa.Table:
+    """One chunk of a staged dataset written by the previous window (each chunk is its own file,
+    so the filter skips the others by their statistics)."""
+    uri = sink.storage.uri(path)
+    if sink.is_local:
+        import pyarrow.dataset as ds
+
+        return ds.dataset(uri, format="parquet").to_table(filter=ds.field(CHUNK_ID_FIELD) == chunk_id)
+    from pyspark.sql import functions as F
+
+    return sink.spark_provider().read.parquet(uri).where(F.col(CHUNK_ID_FIELD) == chunk_id).toArrow()
+
+
+def _drop_emitted_chunks(sink: ParquetSink, chunks: Any) -> None:
+    # Staged rows are garbage once the window that emitted them is committed; a failure here
+    # leaves only unreferenced files behind.
+    for path in sorted({c.path.rsplit("/attempt=", 1)[0] for c in chunks}):
+        try:
+            sink.storage.delete_tree(path)
+        except OSError as exc:  # pragma: no cover - best effort
+            log.warning("could not remove staged chunks %s: %s", path, exc)
 
 
 def _check_stream_source(conn: Any, spec: PostgresJobSpec) -> dict:
     """Tables, publication and slot are as the window needs them; emit the end marker."""
     window = spec.window
-    tables = admin.describe_tables(conn, list(spec.tables))
+    refs = list(spec.tables)
+    if spec.signal_table is not None and spec.signal_table not in refs:
+        refs.append(spec.signal_table)  # its inserts are signals, read from the stream like Debezium
+    tables = admin.describe_tables(conn, refs)
     for table in tables.values():  # fail on bad filters or masks before reading anything
         TableEncoder(table, table.columns, spec.events)
-    admin.verify_publication(conn, spec.publication_name, list(spec.tables))
+    admin.verify_publication(conn, spec.publication_name, refs)
     status = admin.require_slot(conn, spec.slot_name, spec.connection.dbname)
     assert status.confirmed_flush_lsn is not None and window.from_lsn is not None
     if status.confirmed_flush_lsn > window.from_lsn:

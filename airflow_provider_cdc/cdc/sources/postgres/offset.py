@@ -18,6 +18,7 @@ from typing import Any
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.errors import InvalidOffsetError
 from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
+from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
 from airflow_provider_cdc.cdc.window import Window
 
 OFFSET_FORMAT = 1
@@ -45,6 +46,9 @@ class PostgresOffset:
     window_seq: int = 0  # last committed window
     pending: Window | None = None  # planned, not yet committed (retries reuse it)
     revision: int = 0  # increases on every save; stores compare it before writing
+    # A running incremental snapshot: tables, their progress and chunks waiting to be emitted
+    # (Debezium keeps the same in incremental_snapshot_* offset keys).
+    incremental: IncrementalState | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -75,6 +79,7 @@ class PostgresOffset:
             "pending": self.pending.to_dict() if self.pending else None,
             "revision": self.revision,
             "provider_version": __version__,
+            **({"incremental_snapshot": self.incremental.to_dict()} if self.incremental is not None else {}),
             **({"extra": self.extra} if self.extra else {}),
         }
 
@@ -125,6 +130,9 @@ class PostgresOffset:
                 window_seq=int(data.get("window_seq", 0)),
                 pending=Window.from_dict(data["pending"]) if data.get("pending") else None,
                 revision=int(data.get("revision", 0)),
+                incremental=IncrementalState.from_dict(data["incremental_snapshot"])
+                if data.get("incremental_snapshot")
+                else None,
                 extra=dict(data.get("extra") or {}),
             )
         except InvalidOffsetError as exc:

@@ -33,6 +33,7 @@ from airflow_provider_cdc.cdc.errors import (
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.window import Window
 
@@ -104,6 +105,12 @@ def offset_after_commit(offset: PostgresOffset | None, entry: CommitEntry, ident
     )
     if window.kind == "snapshot":
         updated = replace(updated, snapshot_completed=True, snapshot_lsn=window.to_lsn)
+        if updated.incremental is not None:
+            # A full snapshot is a complete image: chunks staged before it have nothing to add
+            # (and their watermarks lie before the stream's new start). Tables keep their progress.
+            updated = replace(updated, incremental=replace(updated.incremental, staged=()))
+    if "incremental" in entry.stats:  # the stream job's new incremental snapshot state
+        updated = replace(updated, incremental=IncrementalState.from_dict(entry.stats["incremental"]))
     if entry.last_commit_lsn is not None:
         updated = replace(
             updated,

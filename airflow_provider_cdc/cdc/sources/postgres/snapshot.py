@@ -131,35 +131,45 @@ def read_partition(
     import psycopg
 
     encoder = TableEncoder(table, table.columns, settings)
-    names = [f"c{i}" for i in range(len(encoder.columns))]
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
         import_snapshot(conn, point.snapshot_name)
-        with conn.cursor() as cur, cur.copy(copy_statement(table, encoder.columns, block_range)) as copy:
-            stream = io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES)
-            if not stream.peek(1):  # no rows in this range (Arrow refuses empty CSV input)
-                return
-            reader = pacsv.open_csv(
-                stream,
-                read_options=pacsv.ReadOptions(column_names=names, block_size=CSV_BLOCK_BYTES, use_threads=False),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={n: pa.string() for n in names},
-                    strings_can_be_null=True,
-                    quoted_strings_can_be_null=False,
-                    null_values=[""],
-                ),
-            )
-            for batch in reader:
-                if batch.num_rows:
-                    yield snapshot_batch(
-                        encoder,
-                        batch.columns,
-                        context=context,
-                        snapshot_lsn=point.lsn,
-                        snapshot_xmin=point.xmin,
-                        snapshot_ts_ms=point.ts_ms,
-                    )
+        with conn.cursor() as cur:
+            for columns in copy_text_columns(
+                cur, copy_statement(table, encoder.columns, block_range), len(encoder.columns)
+            ):
+                yield snapshot_batch(
+                    encoder,
+                    columns,
+                    context=context,
+                    snapshot_lsn=point.lsn,
+                    snapshot_xmin=point.xmin,
+                    snapshot_ts_ms=point.ts_ms,
+                )
     # Leaving the connection block closes the session, ending its read-only transaction.
+
+
+def copy_text_columns(cursor: Any, statement: Any, width: int) -> Iterator[list[pa.Array]]:
+    """Run ``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` and yield the rows as text columns
+    (one string array per selected column, nulls as nulls), in Arrow batches of ~4 MiB."""
+    names = [f"c{i}" for i in range(width)]
+    with cursor.copy(statement) as copy:
+        stream = io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES)
+        if not stream.peek(1):  # no rows (Arrow refuses empty CSV input)
+            return
+        reader = pacsv.open_csv(
+            stream,
+            read_options=pacsv.ReadOptions(column_names=names, block_size=CSV_BLOCK_BYTES, use_threads=False),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in names},
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                null_values=[""],
+            ),
+        )
+        for batch in reader:
+            if batch.num_rows:
+                yield batch.columns
 
 
 class _CopyReader(io.RawIOBase):

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 #: Prefix of the non-transactional logical message each window emits after its target, so the
 #: walsender provably passes the target even when the captured tables are idle.
 MARKER_PREFIX = "airflow_provider_cdc.window_end"
+#: Messages the capture writes for itself (window ends, incremental snapshot watermarks).
+INTERNAL_PREFIX = "airflow_provider_cdc."
 
 #: ``flush(event_batches_by_topic, transaction_batch_or_None)``
 FlushFn = Callable[[dict[str, list[pa.RecordBatch]], pa.RecordBatch | None], None]
@@ -111,8 +113,12 @@ class WindowCollector:
         flush: FlushFn,
         settings: EventSettings | None = None,
         types: TypeCache | None = None,
+        uncounted: frozenset[TableRef] = frozenset(),
     ):
+        """``uncounted``: tables read for the capture's own use (the signal table), whose rows
+        are neither changes nor part of the transaction metadata."""
         self.window = window
+        self._uncounted = uncounted
         self.settings = settings or EventSettings()
         self.types = types or TypeCache(
             known={(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
@@ -242,6 +248,7 @@ class WindowCollector:
         buffer = self._buffers.get(key)
         if buffer is None:
             buffer = self._buffers[key] = StreamEventBuffer(encoder, self.context)
+            buffer.counted = encoder.table.ref not in self._uncounted
         return buffer
 
     def _row(self, payload: bytes, lsn: int) -> None:
@@ -293,8 +300,9 @@ class WindowCollector:
 
     def _message(self, message: LogicalMessage) -> None:
         prefix = message.prefix
-        if prefix == MARKER_PREFIX or not self._wants_prefix(prefix):
-            self.stats.messages_skipped += prefix != MARKER_PREFIX
+        internal = prefix.startswith(INTERNAL_PREFIX)
+        if internal or not self._wants_prefix(prefix):
+            self.stats.messages_skipped += not internal
             return
         tx = self._tx if message.transactional else None
         if tx is None:
@@ -328,6 +336,9 @@ class WindowCollector:
         tx = self._tx
         if tx is None:
             raise DecodingError("a row change arrived outside a transaction")
+        if not buffer.counted:
+            buffer.add(payload, lsn, tx.chunk_index, 0, 0, old_key=old_key, new_key=new_key, truncate=truncate)
+            return
         collection = buffer.encoder.table.ref.data_collection
         tx.total += 1
         tx.per_collection[collection] += 1
