@@ -87,6 +87,9 @@ class PostgresJobSpec:
     incremental: IncrementalState | None = None  # the running incremental snapshot (stream windows)
     signal_table: TableRef | None = None  # Debezium's signal.data.collection
     incremental_watermarks: str = "message"
+    # The scheduler's run that planned the window (run_id, run_type, data interval in ms), kept in
+    # the commit entry so a backfill of that interval can find what landed for it.
+    run: dict[str, Any] | None = None
 
     connector = "postgresql"
 
@@ -115,6 +118,7 @@ class PostgresJobSpec:
             "incremental": None if self.incremental is None else self.incremental.to_dict(),
             "signal_table": None if self.signal_table is None else self.signal_table.to_json(),
             "incremental_watermarks": self.incremental_watermarks,
+            "run": self.run,
         }
 
     def to_json(self) -> str:
@@ -144,6 +148,7 @@ class PostgresJobSpec:
             incremental=IncrementalState.from_dict(data["incremental"]) if data.get("incremental") else None,
             signal_table=TableRef(*data["signal_table"]) if data.get("signal_table") else None,
             incremental_watermarks=data.get("incremental_watermarks", "message"),
+            run=data.get("run"),
         )
 
 

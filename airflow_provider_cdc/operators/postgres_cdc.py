@@ -40,6 +40,14 @@ from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.window import Window, window_id_for
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
+from airflow_provider_cdc.operators.runs import (
+    RunInterval,
+    is_replay,
+    landed_by,
+    landed_for,
+    newest_run,
+    run_interval,
+)
 from airflow_provider_cdc.version_compat import (
     AirflowException,
     AirflowFailException,
@@ -176,7 +184,9 @@ class _WindowOperator(_CaptureOperator):
             state.tables = capture.resolve_tables(conn)
             yield state
 
-    def _spec(self, state: _RunState, window: Window, offset: PostgresOffset | None) -> PostgresJobSpec:
+    def _spec(
+        self, state: _RunState, window: Window, offset: PostgresOffset | None, interval: RunInterval | None = None
+    ) -> PostgresJobSpec:
         capture = self.capture
         return PostgresJobSpec(
             topic_prefix=capture.topic_prefix,
@@ -193,6 +203,7 @@ class _WindowOperator(_CaptureOperator):
             incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
             signal_table=capture.signal_table_ref,
             incremental_watermarks=capture.incremental_watermarks,
+            run=None if interval is None else interval.to_dict(),
         )
 
     def _run_job(self, spec: PostgresJobSpec) -> CommitEntry:
@@ -257,7 +268,14 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
 
     def _run(self, context: Context) -> dict[str, Any]:
         capture = self.capture
+        interval = run_interval(context)
         with self._state() as state:
+            if is_replay(interval, _newest_run(state.offset)):
+                assert interval is not None
+                raise AirflowSkipException(
+                    f"{interval.describe()} is a backfill or a cleared past run: a capture never re-reads the "
+                    "source for a past interval (an incremental snapshot repairs a table, see docs/incremental.md)"
+                )
             slot = admin.slot_status(state.conn, capture.resolved_slot_name)
             decision = planning.decide_snapshot(capture.snapshot_mode, state.offset, slot)
             if not decision.run:
@@ -289,7 +307,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
             state.save(pending)
             faults.point("operator.pending_saved")
-            entry = self._run_job(replace(self._spec(state, window, state.offset), gap=gap))
+            entry = self._run_job(replace(self._spec(state, window, state.offset, interval), gap=gap))
             committed = planning.offset_after_commit(state.offset, entry, state.identity)
             # Remember which tables the snapshot covered: a table that joins later has no snapshot.
             state.save(replace(committed, extra={**committed.extra, "tables": [r.to_json() for r in state.tables]}))
@@ -345,7 +363,11 @@ class PostgresCdcBatchOperator(_WindowOperator):
         except InvalidLsnError as exc:
             raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
         signals = airflow_signals(self.signals, context, self.task_id)
+        interval = run_interval(context)
         with self._state() as state:
+            if is_replay(interval, _newest_run(state.offset)):
+                assert interval is not None
+                return self._replay(state, interval, signals)
             new_tables = self._tables_without_snapshot(state)
             slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
 
@@ -388,7 +410,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
                 (plan.window.to_lsn or 0) - (plan.window.from_lsn or 0),
                 slot.pending_bytes,
             )
-            entry = self._run_job(self._spec(state, plan.window, offset))
+            entry = self._run_job(self._spec(state, plan.window, offset, interval))
             state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             faults.point("operator.offset_saved")
             assert entry.window.to_lsn is not None
@@ -402,6 +424,35 @@ class PostgresCdcBatchOperator(_WindowOperator):
             summary["changes"],
             summary["transactions"],
             summary["bytes_behind"],
+        )
+        return summary
+
+    def _replay(self, state: _RunState, interval: RunInterval, signals: Sequence[Signal]) -> dict[str, Any]:
+        """A backfill or a cleared past run: finish what a crashed run left (roll the offset
+        forward, acknowledge), then report what landed for this interval. Never reads the slot."""
+        capture = self.capture
+        if state.offset is not None and state.offset != state.stored:
+            state.save(state.offset)
+        slot = admin.slot_status(state.conn, capture.resolved_slot_name)
+        committed = state.offset.lsn if state.offset is not None else None
+        confirmed = slot.confirmed_flush_lsn if slot is not None else None
+        if committed is not None and confirmed is not None and confirmed < committed:
+            state.acknowledge(committed)  # a crashed run stopped after storing its offset
+        if signals:
+            self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
+        landed = landed_for(state.commit_log.committed(), interval)
+        if not landed:
+            raise AirflowSkipException(
+                f"{interval.describe()} is a backfill or a cleared past run and no window landed for it: a capture "
+                "only moves forward and never re-reads the slot for a past interval (its changes are in the "
+                "windows of the runs around it; an incremental snapshot repairs a table, see docs/incremental.md)"
+            )
+        summary = _summary(landed[-1], capture, confirmed_lsn=None, slot=None)
+        summary.update(replayed=True, windows=[e.window_id for e in landed])
+        self.log.info(
+            "%s already landed as window(s) %s: replayed from the sink, the slot is untouched",
+            interval.describe(),
+            ", ".join(summary["windows"]),
         )
         return summary
 
@@ -462,6 +513,8 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
 
         capture = self.capture
         as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
+        if as_of is None:
+            as_of = self._as_of_for_past_run(context)
         tables = self.tables
         if tables is None:
             if capture.table_refs:
@@ -499,6 +552,26 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
                 "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
             )
         return results
+
+    def _as_of_for_past_run(self, context: Context) -> int | None:
+        """For a backfill or a cleared past run: the last window landed by the end of its data
+        interval (the state is rebuilt as of then, the current version stays)."""
+        from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+
+        interval = run_interval(context)
+        if interval is None:
+            return None
+        entries = committed_windows(self.capture.sink_path, self.capture.topic_prefix)
+        newest = newest_run(entries)
+        if not is_replay(interval, newest) or interval.same_interval(newest):
+            return None
+        entry = landed_by(entries, interval)
+        if entry is None:
+            raise AirflowSkipException(
+                f"no window of capture {self.capture.topic_prefix!r} landed by {interval.describe()}"
+            )
+        self.log.info("%s is a past run: state as of window %s", interval.describe(), entry.window_id)
+        return entry.window.seq
 
 
 def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:
@@ -589,6 +662,10 @@ def _summary(
         "gap": entry.stats.get("gap"),
         **_incremental_summary(entry),
     }
+
+
+def _newest_run(offset: PostgresOffset | None) -> dict[str, Any] | None:
+    return offset.extra.get("run") if offset is not None else None
 
 
 def _incremental_summary(entry: CommitEntry) -> dict[str, Any]:

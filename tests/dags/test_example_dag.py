@@ -70,3 +70,63 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
             )
             assert_same_state(spark_rows(state, keys), source)
     Variable.delete("cdc_offset__shop")
+
+
+def test_backfills_and_cleared_runs_replay_landed_windows_and_never_touch_the_slot(
+    db15, airflow_db, spark, tmp_path, monkeypatch
+):
+    from airflow.models import Variable
+
+    from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+    from airflow_provider_cdc.cdc.sinks.storage import storage_for
+    from airflow_provider_cdc.cdc.state import StateLog
+
+    db = db15
+    with db.connect() as conn:
+        shop.create_schema(conn)
+        shop.seed(conn)
+    monkeypatch.setenv("AIRFLOW_CONN_SHOP_DB", db.cluster.airflow_uri(db.name))
+    monkeypatch.setenv("CDC_EXAMPLE_SINK_PATH", str(tmp_path))
+    monkeypatch.setenv("CDC_EXAMPLE_STATE_PATH", str(tmp_path / "state"))
+    Variable.delete("cdc_offset__shop")
+    dag, capture = load_example_dag()
+    errors: dict = {}
+    dag.default_args["on_failure_callback"] = af.failure_recorder(errors)
+    first: dict[int, af.DagResult] = {}
+    for hour in (0, 1, 2, 3, 5):  # hour 4 never ran
+        if hour:
+            with db.connect() as conn:
+                shop.mutate(conn, round_no=hour)
+        first[hour] = af.run(dag, hour, errors=errors)
+        assert first[hour].state == "success", errors
+    landed = [(e.window.seq, e.attempt) for e in committed_windows(str(tmp_path), "shop")]
+    confirmed = db.slot_status(capture.resolved_slot_name).confirmed_flush_lsn
+    orders = Topic.for_table("shop", "public", "orders")
+    state_log = StateLog(storage_for(str(tmp_path / "state")), "shop", orders)
+    current = state_log.current()
+    with db.connect() as conn:
+        shop.mutate(conn, round_no=9)  # pending changes: a replayed run must not take them
+
+    for hour in (1, 2):  # cleared past runs, run again
+        again = af.run(dag, hour, errors=errors)
+        assert again.state == "success", errors
+        assert again.tasks["snapshot"] == "skipped"
+        window, original = again.xcom["capture_window"], first[hour].xcom["capture_window"]
+        assert window["replayed"] is True and window["windows"] == [original["window_id"]]
+        for field in ("window_id", "from_lsn", "to_lsn", "events", "changes", "transactions"):
+            assert window[field] == original[field]
+        seq = int(original["window_id"])
+        assert {r["window_id"] for r in again.xcom["current_state"]} == {original["window_id"]}
+        events = [e for e in events_of(tmp_path, "shop", "public.orders") if int(e["window_id"]) <= seq]
+        as_of = read_state(spark, state_path=str(tmp_path / "state"), topic_prefix="shop", topic=orders, window_seq=seq)
+        assert_same_state(spark_rows(as_of, ["id"]), replay(events, ["id"]))
+
+    missing = af.run(dag, 4, errors=errors)  # a backfill of an interval that never ran
+    assert missing.tasks["capture_window"] == "skipped" and missing.tasks["current_state"] == "skipped"
+
+    assert [(e.window.seq, e.attempt) for e in committed_windows(str(tmp_path), "shop")] == landed
+    assert db.slot_status(capture.resolved_slot_name).confirmed_flush_lsn == confirmed
+    assert state_log.current() == current  # the current state did not move
+    later = af.run(dag, 6, errors=errors)  # the next scheduled run takes the pending changes
+    assert later.state == "success" and later.xcom["capture_window"]["changes"] > 0
+    Variable.delete("cdc_offset__shop")

@@ -167,6 +167,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
             **incremental_stats,
+            **({"run": spec.run} if spec.run else {}),
         },
     )
     _drop_emitted_chunks(sink, incremental.emitted)
@@ -292,6 +293,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_xmin": xmin,
             "job_pid": os.getpid(),
+            **({"run": spec.run} if spec.run else {}),
         },
     )
 

@@ -1,0 +1,36 @@
+"""Which runs are replays (backfills, cleared past runs) and what landed for them."""
+
+from __future__ import annotations
+
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.operators.runs import RunInterval, is_replay, landed_by, landed_for, newest_run
+
+HOUR = 3_600_000
+
+
+def interval(hour: int, run_id: str | None = None) -> RunInterval:
+    return RunInterval(run_id or f"scheduled__{hour}", "scheduled", hour * HOUR, (hour + 1) * HOUR)
+
+
+def entry(seq: int, hour: int | None) -> CommitEntry:
+    window = Window(seq, "stream", seq * 10, seq * 10 + 10, 0)
+    stats = {} if hour is None else {"run": interval(hour).to_dict()}
+    return CommitEntry("p", window, "a", (), 0, None, None, None, 0, stats)
+
+
+def test_a_run_not_newer_than_the_newest_landed_one_is_a_replay():
+    newest = interval(5).to_dict()
+    assert is_replay(interval(4), newest)
+    assert is_replay(interval(5, "manual__again"), newest)  # the same interval, run again
+    assert not is_replay(interval(6), newest)
+    assert not is_replay(None, newest) and not is_replay(interval(1), None)
+
+
+def test_what_landed_for_and_by_an_interval():
+    entries = [entry(1, None), entry(2, 0), entry(3, 1), entry(4, 1), entry(5, 3)]
+    assert [e.window.seq for e in landed_for(entries, interval(1))] == [3, 4]
+    assert landed_for(entries, interval(2)) == []
+    assert landed_by(entries, interval(2)).window.seq == 4
+    assert landed_by(entries, interval(-1)) is None
+    assert newest_run(entries) == interval(3).to_dict()
