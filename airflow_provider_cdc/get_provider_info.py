@@ -31,6 +31,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_provider_cdc.operators.postgres_cdc",
                     "airflow_provider_cdc.operators.slot_maintenance",
+                    "airflow_provider_cdc.operators.query_extract",
                 ],
             }
         ],

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from airflow_provider_cdc.cdc.errors import InvalidOffsetError
 from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 
-WindowKind = Literal["snapshot", "stream"]
-WINDOW_KINDS = ("snapshot", "stream")
+WindowKind = Literal["snapshot", "stream", "query"]
+WINDOW_KINDS = ("snapshot", "stream", "query")  # query: a query-based extraction (no LSNs)
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ class Window:
         if self.kind == "snapshot":
             where = f" at {self.to_lsn}" if self.to_lsn is not None else ""
             return f"snapshot window {self.window_id}{where}"
+        if self.kind == "query":
+            return f"query window {self.window_id}"
         return f"stream window {self.window_id} [{self.from_lsn}, {self.to_lsn})"
 
 

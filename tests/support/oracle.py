@@ -31,7 +31,7 @@ def ordered(events: Iterable[dict]) -> list[dict]:
         if event["op"] == "r" and not incremental(event):
             return (event["window_id"], 0, 0)
         order = event["transaction"]["total_order"] if event["transaction"] else 0
-        return (event["window_id"], event["source"]["commit_lsn"], order)
+        return (event["window_id"], event["source"]["commit_lsn"] or 0, order)
 
     return sorted(events, key=key)
 
@@ -73,8 +73,9 @@ def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, di
 
 
 def incremental(event: dict) -> bool:
-    """An ``op = r`` row of an incremental snapshot: ordered at its watermark, resets nothing."""
-    return event["source"]["snapshot"] == "incremental"
+    """An ``op = r`` row of an incremental snapshot (ordered at its watermark) or of a query
+    extraction: a point-in-time read of one row that resets nothing."""
+    return event["source"]["snapshot"] in ("incremental", "query")
 
 
 def source_rows(conn, table: str | tuple[str, str], key_columns: Sequence[str]) -> dict[tuple, dict]:

@@ -139,8 +139,10 @@ def check_server(info: ServerInfo) -> list[str]:
     return problems
 
 
-def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]:
-    """Catalog description of each table; raises :class:`UnknownTableError` naming the missing."""
+def describe_tables(conn, refs: Sequence[TableRef], *, kinds: str = "rp") -> dict[TableRef, TableInfo]:
+    """Catalog description of each table; raises :class:`UnknownTableError` naming the missing.
+
+    ``kinds``: the accepted ``pg_class.relkind`` values (query extraction also reads views)."""
     if not refs:
         raise CdcConfigurationError("no tables to capture")
     rows = conn.execute(
@@ -156,7 +158,9 @@ def describe_tables(conn, refs: Sequence[TableRef]) -> dict[TableRef, TableInfo]
     missing = [r for r in refs if r not in found]
     if missing:
         raise UnknownTableError(_missing_tables_message(conn, missing))
-    not_tables = [f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if found[r][1] not in ("r", "p")]
+    not_tables = [f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if found[r][1] not in kinds]
+    if not_tables and kinds != "rp":
+        raise CdcConfigurationError(f"these relations cannot be read: {', '.join(not_tables)}")
     if not_tables:
         raise CdcConfigurationError(
             f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}. "

@@ -1,0 +1,154 @@
+"""Query-based watermark extraction of one table or view (no replication slot needed).
+
+For sources where log-based capture is not possible: no REPLICATION privilege, views, or tables
+of a database without ``wal_level = logical``. See :mod:`airflow_provider_cdc.cdc.sources.postgres.query`
+for the algorithm and docs/query_extraction.md for what it can and cannot see (deletes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from airflow_provider_cdc.cdc.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
+from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
+from airflow_provider_cdc.cdc.sources.postgres.query import QueryExtraction, QueryOffset, run_query_window
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.cdc.spec import SparkOptions
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+from airflow_provider_cdc.offsets.base import OffsetStore
+from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
+from airflow_provider_cdc.operators.runs import is_replay, landed_for, run_interval
+from airflow_provider_cdc.version_compat import AirflowSkipException, BaseOperator, Context
+
+
+class PostgresQueryExtractOperator(BaseOperator):
+    """Each run extracts the rows of ``table`` whose ``cursor_column`` moved past the stored
+    watermark (minus ``lookback``), as Debezium-shaped events (``source.snapshot = "query"``).
+
+    :param postgres_conn_id: the source's Airflow connection (no REPLICATION needed)
+    :param table: ``schema.table`` (a table, view, materialized view or foreign table)
+    :param cursor_column: a timestamp/date column, or an increasing integer/numeric column
+    :param topic_prefix: the extraction's own prefix (it keys the offset, the lock and the topic)
+    :param sink_path: base directory or Hadoop URI of the datasets. Templated.
+    :param key_columns: what identifies a row (default: the primary key; required for views)
+    :param lookback: seconds (temporal cursor) or units (numeric cursor) re-read below the
+        watermark, for transactions that commit late; rows already emitted unchanged are dropped
+    :param created_column: optional creation-time column: rows created after the previous
+        watermark become ``c`` events, the others ``u`` (default: every row is ``r``)
+    :param offset_store: ``"variable"``, ``"state_table"`` or an :class:`OffsetStore`
+    """
+
+    template_fields: Sequence[str] = ("sink_path",)
+    ui_color = "#e8f4d4"
+
+    def __init__(
+        self,
+        *,
+        postgres_conn_id: str,
+        table: str | TableRef,
+        cursor_column: str,
+        topic_prefix: str,
+        sink_path: str,
+        key_columns: Sequence[str] = (),
+        lookback: float = 0.0,
+        created_column: str | None = None,
+        offset_store: str | OffsetStore = "variable",
+        offset_table: str = "public.airflow_cdc_offsets",
+        spark_master: str = "local[*]",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        validate_topic_prefix(topic_prefix)
+        if isinstance(key_columns, str):
+            key_columns = [key_columns]
+        self.extraction = QueryExtraction(
+            topic_prefix=topic_prefix,
+            table=TableRef.coerce(table),
+            cursor_column=cursor_column,
+            key_columns=tuple(key_columns),
+            lookback=lookback,
+            created_column=created_column,
+        )
+        self.postgres_conn_id = postgres_conn_id
+        self.sink_path = sink_path
+        self.offset_store = offset_store
+        self.offset_table = offset_table
+        self.spark_master = spark_master
+
+    def _store(self) -> OffsetStore:
+        from airflow_provider_cdc.capture import PostgresCapture
+
+        capture = PostgresCapture(
+            postgres_conn_id=self.postgres_conn_id,
+            tables=[self.extraction.table],
+            topic_prefix=self.extraction.topic_prefix,
+            sink_path=self.sink_path,
+            offset_store=self.offset_store,
+            offset_table=self.offset_table,
+        )
+        return capture.store()
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        extraction = self.extraction
+        prefix = extraction.topic_prefix
+        hook = PostgresCdcHook(self.postgres_conn_id)
+        store = self._store()
+        source = store.describe(prefix)
+        interval = run_interval(context)
+        with fail_fast_on_terminal_errors(), hook.capture_lock(prefix):
+            check_writable(self.sink_path)
+            commit_log = CommitLog(storage_for(self.sink_path), prefix)
+            text = store.load(prefix)
+            stored = QueryOffset.from_json(text, source=source) if text else None
+            if stored is not None:
+                stored.check(extraction, source=source)
+            offset = stored or QueryOffset(prefix, extraction.table, extraction.cursor_column)
+            latest = commit_log.latest()
+            committed = latest.window.seq if latest else 0
+            if offset.window_seq > committed:
+                raise OffsetMismatchError(
+                    f"{source} says query window {offset.window_seq} landed, but the sink's commit log ends at "
+                    f"{committed or 'none'}: the sink path changed or lost files"
+                )
+            if latest is not None and committed > offset.window_seq:  # a run stopped after its commit
+                offset = replace(offset.after(latest), extra={**offset.extra, "run": latest.stats.get("run")})
+            if is_replay(interval, offset.extra.get("run")):
+                assert interval is not None
+                self._save(store, offset, stored)
+                landed = landed_for(commit_log.committed(), interval)
+                if not landed:
+                    raise AirflowSkipException(f"{interval.describe()} is a past run and nothing landed for it")
+                return {**landed[-1].stats.get("query", {}), "window_id": landed[-1].window_id, "replayed": True}
+            window = Window(offset.window_seq + 1, "query", None, None, int(time.time() * 1000))
+            entry = run_query_window(
+                extraction,
+                hook.connection_info,
+                self.sink_path,
+                window,
+                offset,
+                spark_provider=self._spark,
+                run=None if interval is None else interval.to_dict(),
+            )
+            offset = replace(offset.after(entry), extra={**offset.extra, "run": entry.stats.get("run")})
+            self._save(store, offset, stored)
+        summary = {**entry.stats["query"], "window_id": entry.window_id, "sink_path": self.sink_path}
+        self.log.info("query window %s: %s", entry.window_id, summary)
+        return summary
+
+    def _save(self, store: OffsetStore, offset: QueryOffset, stored: QueryOffset | None) -> None:
+        if stored is not None and offset == stored:
+            return
+        expected = stored.revision if stored is not None else None
+        saved = replace(offset, revision=(expected or 0) + 1)
+        store.save(saved.topic_prefix, saved.to_json(), revision=saved.revision, expected_revision=expected)
+
+    def _spark(self) -> Any:
+        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+        return get_or_create_session(SparkOptions(master=self.spark_master))
