@@ -434,12 +434,16 @@ class PostgresCdcBatchOperator(_WindowOperator):
         if state.offset is not None and state.offset != state.stored:
             state.save(state.offset)
         slot = admin.slot_status(state.conn, capture.resolved_slot_name)
+        if slot is not None and state.offset is not None:
+            planning.check_slot_not_ahead(slot, state.offset)  # a broken capture is never reported as fine
         committed = state.offset.lsn if state.offset is not None else None
         confirmed = slot.confirmed_flush_lsn if slot is not None else None
         if committed is not None and confirmed is not None and confirmed < committed:
             state.acknowledge(committed)  # a crashed run stopped after storing its offset
         if signals:
             self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
+        if self.upto_lsn not in (None, ""):
+            self.log.warning("upto_lsn %s is ignored: a replayed run reads nothing", self.upto_lsn)
         landed = landed_for(state.commit_log.committed(), interval)
         if not landed:
             raise AirflowSkipException(

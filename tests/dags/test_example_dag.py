@@ -27,10 +27,10 @@ def load_example_dag():
     return module.dag, module.capture
 
 
-def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkeypatch):
+def example_setup(db, tmp_path, monkeypatch):
+    """The shop database, the example DAG's environment, and the DAG with failures recorded."""
     from airflow.models import Variable
 
-    db = db15
     with db.connect() as conn:
         shop.create_schema(conn)
         shop.seed(conn)
@@ -41,6 +41,14 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     dag, capture = load_example_dag()
     errors: dict = {}
     dag.default_args["on_failure_callback"] = af.failure_recorder(errors)
+    return dag, capture, errors
+
+
+def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkeypatch):
+    from airflow.models import Variable
+
+    db = db15
+    dag, capture, errors = example_setup(db, tmp_path, monkeypatch)
     results = []
     for hour in range(3):
         if hour:
@@ -82,16 +90,7 @@ def test_backfills_and_cleared_runs_replay_landed_windows_and_never_touch_the_sl
     from airflow_provider_cdc.cdc.state import StateLog
 
     db = db15
-    with db.connect() as conn:
-        shop.create_schema(conn)
-        shop.seed(conn)
-    monkeypatch.setenv("AIRFLOW_CONN_SHOP_DB", db.cluster.airflow_uri(db.name))
-    monkeypatch.setenv("CDC_EXAMPLE_SINK_PATH", str(tmp_path))
-    monkeypatch.setenv("CDC_EXAMPLE_STATE_PATH", str(tmp_path / "state"))
-    Variable.delete("cdc_offset__shop")
-    dag, capture = load_example_dag()
-    errors: dict = {}
-    dag.default_args["on_failure_callback"] = af.failure_recorder(errors)
+    dag, capture, errors = example_setup(db, tmp_path, monkeypatch)
     first: dict[int, af.DagResult] = {}
     for hour in (0, 1, 2, 3, 5):  # hour 4 never ran
         if hour:

@@ -204,12 +204,19 @@ def src(clusters, airflow_db, tmp_path_factory) -> Iterator[Source]:
 
 
 def run_refused(
-    dag_id: str, capture: PostgresCapture, task: str, *, db: CaptureDatabase, before: Written, **window_kwargs: Any
+    dag_id: str,
+    capture: PostgresCapture,
+    task: str,
+    *,
+    db: CaptureDatabase,
+    before: Written,
+    hour: int = 0,
+    **window_kwargs: Any,
 ) -> str:
     """Run setup >> snapshot >> window: ``task`` fails, the tasks after it never run, nothing is
     written (the fingerprint equals ``before``). Returns the error as ``"<class>: <message>"``."""
     errors: dict = {}
-    result = af.run(capture_dag(dag_id, capture, errors, **window_kwargs), 0, errors=errors)
+    result = af.run(capture_dag(dag_id, capture, errors, **window_kwargs), hour, errors=errors)
     assert result.tasks[task] == "failed", (result.tasks, errors)
     position = TASKS.index(task)
     assert all(result.tasks[t] in ("success", "skipped") for t in TASKS[:position]), (result.tasks, errors)
@@ -746,7 +753,8 @@ def test_bad_upto_lsn_is_refused(src, running, request, upto, phrases):
     value = upto(running.offset["lsn"], src.db.current_lsn())
     before = written(src.db, capture)
     dag_id = f"bad_upto_{request.node.callspec.id}"
-    message = run_refused(dag_id, capture, "window", db=src.db, before=before, upto_lsn=value)
+    # hour 2: after the fixture's runs (an earlier interval would be a replay, which reads nothing)
+    message = run_refused(dag_id, capture, "window", db=src.db, before=before, hour=2, upto_lsn=value)
     assert_says(message, "AirflowFailException: InvalidLsnError: ", value, *phrases)
 
 

@@ -18,19 +18,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import EventLayout, Op
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, topic_directory
 from airflow_provider_cdc.cdc.sources.postgres.events import (
-    CONNECTOR,
     SOURCE_BLOCK,
     EventContext,
     EventSettings,
     TableEncoder,
-    sequence,
+    read_events,
+    read_source,
 )
 from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     WATERMARK_CLOSE,
@@ -188,8 +187,12 @@ def _condition_sql(plan: ChunkPlan):
 def max_key_statement(plan: ChunkPlan):
     from psycopg import sql
 
+    # Aliased: an output column named like the key would make ORDER BY sort the text.
     return sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT 1").format(
-        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in plan.order_columns),
+        sql.SQL(", ").join(
+            sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(f"__cdc_key{i}"))
+            for i, c in enumerate(plan.order_columns)
+        ),
         plan.table.ref.sql(),
         _condition_sql(plan),
         _order_sql(plan, descending=True),
@@ -450,36 +453,12 @@ def surviving_rows(chunk: StagedChunk, after: pa.Array, watch: ChunkKeyWatch) ->
 
 def emit_chunk(chunk: StagedChunk, after: pa.Array, context: EventContext) -> pa.RecordBatch:
     """``op = r`` events of a chunk's surviving rows, positioned at its high watermark."""
-    layout = EventLayout(
-        value_fields=tuple(after.type),
-        key_columns=chunk.key_columns,
-        source_type=SOURCE_BLOCK,
+    layout = EventLayout(value_fields=tuple(after.type), key_columns=chunk.key_columns, source_type=SOURCE_BLOCK)
+    ref = chunk.table
+    source = read_source(
+        context, ref.schema, ref.name, "incremental", chunk.read_ts_ms, chunk.high_lsn, chunk.snapshot.xmin
     )
-    n = len(after)
-    source = {
-        "version": __version__,
-        "connector": CONNECTOR,
-        "name": context.topic_prefix,
-        "ts_ms": chunk.read_ts_ms,
-        "snapshot": "incremental",
-        "db": context.database,
-        "sequence": sequence(None, chunk.high_lsn),
-        "schema": chunk.table.schema,
-        "table": chunk.table.name,
-        "txId": None,
-        "lsn": chunk.high_lsn,
-        "xmin": chunk.snapshot.xmin,
-        "commit_lsn": chunk.high_lsn,
-    }
-    return layout.assemble(
-        before=pa.nulls(n, layout.value_type),
-        after=after,
-        source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), n),
-        op=pa.repeat(pa.scalar(Op.READ), n),
-        ts_ms=context.ts_ms,
-        transaction=None,
-        window_id=context.window_id,
-    )
+    return read_events(layout, after, source, context)
 
 
 def staged_rows(read_dataset: Callable[[str, str], pa.Table], chunk: StagedChunk) -> pa.Array:

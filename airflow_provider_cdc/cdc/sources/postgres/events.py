@@ -176,30 +176,44 @@ def snapshot_batch(
     The snapshot's reading transactions are read-only and have no transaction id, so ``txId``
     is null; ``xmin`` carries the snapshot's xmin (transactions from there on are not in it).
     """
-    layout = encoder.layout
-    length = len(text_columns[0]) if text_columns else 0
-    after = layout.value_struct(encoder.typed(text_columns), None)
+    after = encoder.layout.value_struct(encoder.typed(text_columns), None)
     ref = encoder.table.ref
-    source = {
+    source = read_source(context, ref.schema, ref.name, "true", snapshot_ts_ms, snapshot_lsn, snapshot_xmin)
+    return read_events(encoder.layout, after, source, context)
+
+
+def read_source(
+    context: EventContext, schema: str, table: str, snapshot: str, ts_ms: int, lsn: int | None, xmin: int | None
+) -> dict:
+    """The ``source`` block of rows read by a query (snapshots, incremental chunks, query
+    extraction): no transaction, positioned at ``lsn`` (None: no position in the WAL)."""
+    return {
         "version": __version__,
         "connector": CONNECTOR,
         "name": context.topic_prefix,
-        "ts_ms": snapshot_ts_ms,
-        "snapshot": "true",
+        "ts_ms": ts_ms,
+        "snapshot": snapshot,
         "db": context.database,
-        "sequence": sequence(None, snapshot_lsn),
-        "schema": ref.schema,
-        "table": ref.name,
+        "sequence": None if lsn is None else sequence(None, lsn),
+        "schema": schema,
+        "table": table,
         "txId": None,
-        "lsn": snapshot_lsn,
-        "xmin": snapshot_xmin,
-        "commit_lsn": snapshot_lsn,
+        "lsn": lsn,
+        "xmin": xmin,
+        "commit_lsn": lsn,
     }
+
+
+def read_events(
+    layout: EventLayout, after: pa.Array, source: dict, context: EventContext, op: pa.Array | None = None
+) -> pa.RecordBatch:
+    """Events of rows read by a query: no before image, one ``source``, ``op = r`` unless given."""
+    length = len(after)
     return layout.assemble(
         before=pa.nulls(length, layout.value_type),
         after=after,
         source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), length),
-        op=pa.repeat(pa.scalar(Op.READ), length),
+        op=op if op is not None else pa.repeat(pa.scalar(Op.READ), length),
         ts_ms=context.ts_ms,
         transaction=None,
         window_id=context.window_id,

@@ -161,6 +161,18 @@ def decide_snapshot(mode: str, offset: PostgresOffset | None, slot: SlotStatus |
     return SnapshotDecision(False, "snapshot_mode='when_needed': the stored offset is still available")
 
 
+def check_slot_not_ahead(slot: SlotStatus, offset: PostgresOffset) -> None:
+    """Fail when the slot was acknowledged past the stored offset (changes were skipped)."""
+    confirmed = slot.confirmed_flush_lsn
+    if confirmed is not None and offset.lsn is not None and confirmed > offset.lsn:
+        raise OffsetMismatchError(
+            f"replication slot {slot.slot_name!r} is confirmed up to {confirmed}, past the stored "
+            f"offset {offset.lsn}: something else consumed or advanced the slot, and the changes in "
+            "between were never captured. Re-snapshot (snapshot_mode='when_needed' or 'always') or, "
+            "if you know nothing was lost, set the offset's lsn to the slot's position."
+        )
+
+
 @dataclass(frozen=True)
 class StreamPlan:
     window: Window
@@ -206,13 +218,7 @@ def plan_stream_window(
         )
     assert offset.lsn is not None
     acknowledge_first = None
-    if confirmed > offset.lsn:
-        raise OffsetMismatchError(
-            f"replication slot {slot.slot_name!r} is confirmed up to {confirmed}, past the stored "
-            f"offset {offset.lsn}: something else consumed or advanced the slot, and the changes in "
-            "between were never captured. Re-snapshot (snapshot_mode='when_needed' or 'always') or, "
-            "if you know nothing was lost, set the offset's lsn to the slot's position."
-        )
+    check_slot_not_ahead(slot, offset)
     if confirmed < offset.lsn:
         acknowledge_first = offset.lsn
         notes_list.append(

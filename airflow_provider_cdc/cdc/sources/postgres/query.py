@@ -35,7 +35,13 @@ from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
-from airflow_provider_cdc.cdc.sources.postgres.events import CONNECTOR, SOURCE_BLOCK, EventSettings, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.events import (
+    EventContext,
+    EventSettings,
+    TableEncoder,
+    read_events,
+    read_source,
+)
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef
 from airflow_provider_cdc.cdc.window import Window
@@ -345,37 +351,13 @@ def _events(
     extraction: QueryExtraction,
     info: PgConnectionInfo,
 ) -> pa.RecordBatch:
-    layout = plan.encoder.layout
-    n = len(values[0])
-    after = layout.value_struct(plan.encoder.typed(values), None)
+    after = plan.encoder.layout.value_struct(plan.encoder.typed(values), None)
     ref = plan.table.ref
-    source = {
-        "version": __version__,
-        "connector": CONNECTOR,
-        "name": extraction.topic_prefix,
-        "ts_ms": ts_ms,
-        "snapshot": "query",
-        "db": info.dbname,
-        "sequence": None,
-        "schema": ref.schema,
-        "table": ref.name,
-        "txId": None,
-        "lsn": None,
-        "xmin": xmin,
-        "commit_lsn": None,
-    }
+    context = EventContext(extraction.topic_prefix, info.dbname, window.window_id, window.planned_at_ms)
+    source = read_source(context, ref.schema, ref.name, "query", ts_ms, None, xmin)
+    op = None
     if extraction.created_column:
         # created after the previous watermark: c; before: u; no previous watermark (first run): r
         is_new, is_old = (pc.fill_null(pc.equal(created, flag), False) for flag in ("true", "false"))
         op = pc.if_else(is_new, Op.CREATE, pc.if_else(is_old, Op.UPDATE, Op.READ))
-    else:
-        op = pa.repeat(pa.scalar(Op.READ), n)
-    return layout.assemble(
-        before=pa.nulls(n, layout.value_type),
-        after=after,
-        source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), n),
-        op=op,
-        ts_ms=window.planned_at_ms,
-        transaction=None,
-        window_id=window.window_id,
-    )
+    return read_events(plan.encoder.layout, after, source, context, op)
