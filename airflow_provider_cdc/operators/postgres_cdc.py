@@ -270,7 +270,7 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
         capture = self.capture
         interval = run_interval(context)
         with self._state() as state:
-            if is_replay(interval, _newest_run(state.offset)):
+            if is_replay(interval, _landed_runs(state.offset), "snapshot"):
                 assert interval is not None
                 raise AirflowSkipException(
                     f"{interval.describe()} is a backfill or a cleared past run: a capture never re-reads the "
@@ -365,7 +365,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
         signals = airflow_signals(self.signals, context, self.task_id)
         interval = run_interval(context)
         with self._state() as state:
-            if is_replay(interval, _newest_run(state.offset)):
+            if is_replay(interval, _landed_runs(state.offset), "stream"):
                 assert interval is not None
                 return self._replay(state, interval, signals)
             new_tables = self._tables_without_snapshot(state)
@@ -567,8 +567,8 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
             return None
         entries = committed_windows(self.capture.sink_path, self.capture.topic_prefix)
         newest = newest_run(entries)
-        if not is_replay(interval, newest) or interval.same_interval(newest):
-            return None
+        if newest is None or interval.end_ms >= int(newest["end_ms"]):
+            return None  # the newest interval (or a newer one): the current state
         entry = landed_by(entries, interval)
         if entry is None:
             raise AirflowSkipException(
@@ -668,8 +668,8 @@ def _summary(
     }
 
 
-def _newest_run(offset: PostgresOffset | None) -> dict[str, Any] | None:
-    return offset.extra.get("run") if offset is not None else None
+def _landed_runs(offset: PostgresOffset | None) -> dict[str, Any] | None:
+    return offset.extra.get("runs") if offset is not None else None
 
 
 def _incremental_summary(entry: CommitEntry) -> dict[str, Any]:

@@ -117,8 +117,8 @@ class PostgresQueryExtractOperator(BaseOperator):
                     f"{committed or 'none'}: the sink path changed or lost files"
                 )
             if latest is not None and committed > offset.window_seq:  # a run stopped after its commit
-                offset = replace(offset.after(latest), extra={**offset.extra, "run": latest.stats.get("run")})
-            if is_replay(interval, offset.extra.get("run")):
+                offset = _with_run(offset.after(latest), latest)
+            if is_replay(interval, offset.extra.get("runs"), "query"):
                 assert interval is not None
                 self._save(store, offset, stored)
                 landed = landed_for(commit_log.committed(), interval)
@@ -135,7 +135,7 @@ class PostgresQueryExtractOperator(BaseOperator):
                 spark_provider=self._spark,
                 run=None if interval is None else interval.to_dict(),
             )
-            offset = replace(offset.after(entry), extra={**offset.extra, "run": entry.stats.get("run")})
+            offset = _with_run(offset.after(entry), entry)
             self._save(store, offset, stored)
         summary = {**entry.stats["query"], "window_id": entry.window_id, "sink_path": self.sink_path}
         self.log.info("query window %s: %s", entry.window_id, summary)
@@ -152,3 +152,10 @@ class PostgresQueryExtractOperator(BaseOperator):
         from airflow_provider_cdc.cdc.spark_session import get_or_create_session
 
         return get_or_create_session(SparkOptions(master=self.spark_master))
+
+
+def _with_run(offset: QueryOffset, entry: Any) -> QueryOffset:
+    """Remember the run that landed ``entry`` (for backfills, see operators/runs.py)."""
+    if not entry.stats.get("run"):
+        return offset
+    return replace(offset, extra={**offset.extra, "runs": {"query": entry.stats["run"]}})

@@ -51,11 +51,15 @@ def run_interval(context: Any) -> RunInterval | None:
     )
 
 
-def is_replay(interval: RunInterval | None, newest: dict[str, Any] | None) -> bool:
-    """Is ``interval`` not newer than the run that landed the newest window (``newest``)?"""
-    if interval is None or not newest:
+def is_replay(interval: RunInterval | None, runs: dict[str, dict[str, Any]] | None, kind: str) -> bool:
+    """Is ``interval`` a past one? ``runs``: the run that landed the newest window of each kind
+    (``snapshot``, ``stream``, ``query``). Past: older than the newest of any kind, or the very
+    interval that already landed a window of this ``kind`` (the snapshot and the window of one
+    run land one window each)."""
+    if interval is None or not runs:
         return False
-    return interval.end_ms < int(newest["end_ms"]) or interval.same_interval(newest)
+    newest = max(int(r["end_ms"]) for r in runs.values())
+    return interval.end_ms < newest or interval.same_interval(runs.get(kind))
 
 
 def landed_for(entries: list[CommitEntry], interval: RunInterval) -> list[CommitEntry]:

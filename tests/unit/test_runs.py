@@ -20,11 +20,13 @@ def entry(seq: int, hour: int | None) -> CommitEntry:
 
 
 def test_a_run_not_newer_than_the_newest_landed_one_is_a_replay():
-    newest = interval(5).to_dict()
-    assert is_replay(interval(4), newest)
-    assert is_replay(interval(5, "manual__again"), newest)  # the same interval, run again
-    assert not is_replay(interval(6), newest)
-    assert not is_replay(None, newest) and not is_replay(interval(1), None)
+    runs = {"snapshot": interval(5).to_dict(), "stream": interval(4).to_dict()}
+    assert is_replay(interval(3), runs, "stream")
+    assert is_replay(interval(4), runs, "stream")  # older than the newest snapshot
+    assert is_replay(interval(5, "manual__again"), runs, "snapshot")  # the same interval, run again
+    assert not is_replay(interval(5), runs, "stream")  # the window of the run that snapshotted
+    assert not is_replay(interval(6), runs, "stream")
+    assert not is_replay(None, runs, "stream") and not is_replay(interval(1), None, "stream")
 
 
 def test_what_landed_for_and_by_an_interval():

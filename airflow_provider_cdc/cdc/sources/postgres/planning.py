@@ -109,8 +109,9 @@ def offset_after_commit(offset: PostgresOffset | None, entry: CommitEntry, ident
             # A full snapshot is a complete image: chunks staged before it have nothing to add
             # (and their watermarks lie before the stream's new start). Tables keep their progress.
             updated = replace(updated, incremental=replace(updated.incremental, staged=()))
-    if entry.stats.get("run"):  # the scheduler run that landed the newest window (for backfills)
-        updated = replace(updated, extra={**updated.extra, "run": entry.stats["run"]})
+    if entry.stats.get("run"):  # the scheduler run that landed the newest window of each kind (backfills)
+        runs = {**updated.extra.get("runs", {}), window.kind: entry.stats["run"]}
+        updated = replace(updated, extra={**updated.extra, "runs": runs})
     if "incremental" in entry.stats:  # the stream job's new incremental snapshot state
         updated = replace(updated, incremental=IncrementalState.from_dict(entry.stats["incremental"]))
     if entry.last_commit_lsn is not None:
