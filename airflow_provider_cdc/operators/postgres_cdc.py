@@ -454,7 +454,8 @@ class PostgresCdcBatchOperator(_WindowOperator):
         summary = _summary(landed[-1], capture, confirmed_lsn=None, slot=None)
         summary.update(replayed=True, windows=[e.window_id for e in landed])
         self.log.info(
-            "%s already landed as window(s) %s: replayed from the sink, the slot is untouched",
+            "%s already landed as window(s) %s (a retry, a cleared run or a backfill): reported from the sink, "
+            "nothing read from the slot",
             interval.describe(),
             ", ".join(summary["windows"]),
         )
@@ -566,7 +567,7 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
         if interval is None:
             return None
         entries = committed_windows(self.capture.sink_path, self.capture.topic_prefix)
-        newest = newest_run(entries)
+        newest = newest_run(entries, interval)
         if newest is None or interval.end_ms >= int(newest["end_ms"]):
             return None  # the newest interval (or a newer one): the current state
         entry = landed_by(entries, interval)

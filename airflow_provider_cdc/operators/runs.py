@@ -22,12 +22,26 @@ class RunInterval:
     run_type: str
     start_ms: int
     end_ms: int
+    dag_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "run_type": self.run_type, "start_ms": self.start_ms, "end_ms": self.end_ms}
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "run_type": self.run_type,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+        }
+
+    def same_dag(self, recorded: dict[str, Any] | None) -> bool:
+        """Intervals compare only within one DAG: another DAG's schedule is unrelated."""
+        return bool(recorded) and recorded.get("dag_id", "") == self.dag_id
 
     def same_interval(self, recorded: dict[str, Any] | None) -> bool:
-        return bool(recorded) and (recorded.get("start_ms"), recorded.get("end_ms")) == (self.start_ms, self.end_ms)
+        return self.same_dag(recorded) and (recorded.get("start_ms"), recorded.get("end_ms")) == (  # type: ignore[union-attr]
+            self.start_ms,
+            self.end_ms,
+        )
 
     def describe(self) -> str:
         import pendulum
@@ -44,6 +58,7 @@ def run_interval(context: Any) -> RunInterval | None:
         return None
     run_type = getattr(dag_run, "run_type", "")
     return RunInterval(
+        dag_id=str(getattr(dag_run, "dag_id", "")),
         run_id=str(dag_run.run_id),
         run_type=str(getattr(run_type, "value", run_type)),
         start_ms=int(start.timestamp() * 1000),
@@ -56,6 +71,7 @@ def is_replay(interval: RunInterval | None, runs: dict[str, dict[str, Any]] | No
     (``snapshot``, ``stream``, ``query``). Past: older than the newest of any kind, or the very
     interval that already landed a window of this ``kind`` (the snapshot and the window of one
     run land one window each)."""
+    runs = {k: r for k, r in (runs or {}).items() if interval is not None and interval.same_dag(r)}
     if interval is None or not runs:
         return False
     newest = max(int(r["end_ms"]) for r in runs.values())
@@ -68,11 +84,14 @@ def landed_for(entries: list[CommitEntry], interval: RunInterval) -> list[Commit
 
 
 def landed_by(entries: list[CommitEntry], interval: RunInterval) -> CommitEntry | None:
-    """The last committed window planned by a run whose interval ended by ``interval``'s end."""
-    before = [e for e in entries if e.stats.get("run") and int(e.stats["run"]["end_ms"]) <= interval.end_ms]
+    """The last committed window planned by a run of this DAG whose interval ended by ``interval``'s end."""
+    before = [
+        e for e in entries if interval.same_dag(e.stats.get("run")) and int(e.stats["run"]["end_ms"]) <= interval.end_ms
+    ]
     return before[-1] if before else None
 
 
-def newest_run(entries: list[CommitEntry]) -> dict[str, Any] | None:
-    runs = [e.stats["run"] for e in entries if e.stats.get("run")]
+def newest_run(entries: list[CommitEntry], interval: RunInterval) -> dict[str, Any] | None:
+    """The newest run of ``interval``'s DAG that landed a window."""
+    runs = [e.stats["run"] for e in entries if interval.same_dag(e.stats.get("run"))]
     return max(runs, key=lambda r: int(r["end_ms"])) if runs else None

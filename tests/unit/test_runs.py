@@ -9,8 +9,8 @@ from airflow_provider_cdc.operators.runs import RunInterval, is_replay, landed_b
 HOUR = 3_600_000
 
 
-def interval(hour: int, run_id: str | None = None) -> RunInterval:
-    return RunInterval(run_id or f"scheduled__{hour}", "scheduled", hour * HOUR, (hour + 1) * HOUR)
+def interval(hour: int, run_id: str | None = None, dag_id: str = "d") -> RunInterval:
+    return RunInterval(run_id or f"scheduled__{hour}", "scheduled", hour * HOUR, (hour + 1) * HOUR, dag_id)
 
 
 def entry(seq: int, hour: int | None) -> CommitEntry:
@@ -27,6 +27,7 @@ def test_a_run_not_newer_than_the_newest_landed_one_is_a_replay():
     assert not is_replay(interval(5), runs, "stream")  # the window of the run that snapshotted
     assert not is_replay(interval(6), runs, "stream")
     assert not is_replay(None, runs, "stream") and not is_replay(interval(1), None, "stream")
+    assert not is_replay(interval(1, dag_id="other"), runs, "stream")  # another DAG's schedule
 
 
 def test_what_landed_for_and_by_an_interval():
@@ -35,4 +36,5 @@ def test_what_landed_for_and_by_an_interval():
     assert landed_for(entries, interval(2)) == []
     assert landed_by(entries, interval(2)).window.seq == 4
     assert landed_by(entries, interval(-1)) is None
-    assert newest_run(entries) == interval(3).to_dict()
+    assert newest_run(entries, interval(0)) == interval(3).to_dict()
+    assert newest_run(entries, interval(0, dag_id="other")) is None
