@@ -21,6 +21,7 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, Inv
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
+from airflow_provider_cdc.cdc.runs import RunInterval, landed_by, landed_for, newest_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
@@ -40,14 +41,7 @@ from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.window import Window, window_id_for
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
-from airflow_provider_cdc.operators.runs import (
-    RunInterval,
-    is_replay,
-    landed_by,
-    landed_for,
-    newest_run,
-    run_interval,
-)
+from airflow_provider_cdc.operators.runs import replays, run_interval
 from airflow_provider_cdc.version_compat import (
     AirflowException,
     AirflowFailException,
@@ -184,6 +178,19 @@ class _WindowOperator(_CaptureOperator):
             state.tables = capture.resolve_tables(conn)
             yield state
 
+    def _finish_landed(self, state: _RunState) -> None:
+        """Before reporting what landed: finish what a crashed run left (store the rolled-forward
+        offset, acknowledge the slot up to it); a slot ahead of the offset still fails."""
+        if state.offset is not None and state.offset != state.stored:
+            state.save(state.offset)
+        slot = admin.slot_status(state.conn, self.capture.resolved_slot_name)
+        if slot is not None and state.offset is not None:
+            planning.check_slot_not_ahead(slot, state.offset)  # a broken capture is never reported as fine
+        committed = state.offset.lsn if state.offset is not None else None
+        confirmed = slot.confirmed_flush_lsn if slot is not None else None
+        if committed is not None and confirmed is not None and confirmed < committed:
+            state.acknowledge(committed)  # a crashed run stopped after storing its offset
+
     def _spec(
         self, state: _RunState, window: Window, offset: PostgresOffset | None, interval: RunInterval | None = None
     ) -> PostgresJobSpec:
@@ -270,12 +277,9 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
         capture = self.capture
         interval = run_interval(context)
         with self._state() as state:
-            if is_replay(interval, _landed_runs(state.offset), "snapshot"):
+            if replays(interval, _landed_runs(state.offset), "snapshot", state.commit_log.committed):
                 assert interval is not None
-                raise AirflowSkipException(
-                    f"{interval.describe()} is a backfill or a cleared past run: a capture never re-reads the "
-                    "source for a past interval (an incremental snapshot repairs a table, see docs/incremental.md)"
-                )
+                return self._replay(state, interval)
             slot = admin.slot_status(state.conn, capture.resolved_slot_name)
             decision = planning.decide_snapshot(capture.snapshot_mode, state.offset, slot)
             if not decision.run:
@@ -305,12 +309,13 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                 else:
                     admin.verify_slot(slot, state.identity.database)
             window, pending = planning.plan_snapshot_window(state.offset, state.identity, now_ms=_now_ms())
+            # Remember which tables the snapshot covers (a table that joins later has none). Stored
+            # with the pending window, so a run that stops after the sink commit keeps it too.
+            pending = replace(pending, extra={**pending.extra, "tables": [r.to_json() for r in state.tables]})
             state.save(pending)
             faults.point("operator.pending_saved")
             entry = self._run_job(replace(self._spec(state, window, state.offset, interval), gap=gap))
-            committed = planning.offset_after_commit(state.offset, entry, state.identity)
-            # Remember which tables the snapshot covered: a table that joins later has no snapshot.
-            state.save(replace(committed, extra={**committed.extra, "tables": [r.to_json() for r in state.tables]}))
+            state.save(planning.offset_after_commit(state.offset, entry, state.identity))
             faults.point("operator.offset_saved")
             confirmed = None
             if planning.streams(capture.snapshot_mode):
@@ -319,6 +324,25 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
                 faults.point("operator.acknowledged")
             summary = _summary(entry, capture, confirmed_lsn=confirmed, slot=None)
         self.log.info("snapshot committed: %s", summary)
+        return summary
+
+    def _replay(self, state: _RunState, interval: RunInterval) -> dict[str, Any]:
+        """A retry or a clear of a run whose snapshot landed, or a past interval: nothing is read."""
+        if planning.streams(self.capture.snapshot_mode):
+            self._finish_landed(state)
+        elif state.offset is not None and state.offset != state.stored:
+            state.save(state.offset)
+        landed = landed_for(state.commit_log.committed(), interval, "snapshot")
+        if not landed:
+            raise AirflowSkipException(
+                f"{interval.describe()} is a backfill or a cleared past run: a capture never re-reads the "
+                "source for a past interval (an incremental snapshot repairs a table, see docs/incremental.md)"
+            )
+        summary = _summary(landed[-1], self.capture, confirmed_lsn=None, slot=None)
+        summary.update(replayed=True, windows=[e.window_id for e in landed])
+        self.log.info(
+            "%s already landed snapshot window %s: reported from the sink", interval.describe(), landed[-1].window_id
+        )
         return summary
 
 
@@ -365,7 +389,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
         signals = airflow_signals(self.signals, context, self.task_id)
         interval = run_interval(context)
         with self._state() as state:
-            if is_replay(interval, _landed_runs(state.offset), "stream"):
+            if replays(interval, _landed_runs(state.offset), "stream", state.commit_log.committed):
                 assert interval is not None
                 return self._replay(state, interval, signals)
             new_tables = self._tables_without_snapshot(state)
@@ -384,6 +408,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
                 )
 
             plan = plan_window()  # validates everything before the heartbeat writes to the source
+            _check_covers_staged_chunks(plan.window, state.offset)
             # Signals and new tables are checked here too, before anything is written.
             incremental, known_tables, applied = _incremental_update(state.offset, signals, new_tables, state.tables)
             retrying = state.offset is not None and plan.window == state.offset.pending
@@ -431,15 +456,7 @@ class PostgresCdcBatchOperator(_WindowOperator):
         """A backfill or a cleared past run: finish what a crashed run left (roll the offset
         forward, acknowledge), then report what landed for this interval. Never reads the slot."""
         capture = self.capture
-        if state.offset is not None and state.offset != state.stored:
-            state.save(state.offset)
-        slot = admin.slot_status(state.conn, capture.resolved_slot_name)
-        if slot is not None and state.offset is not None:
-            planning.check_slot_not_ahead(slot, state.offset)  # a broken capture is never reported as fine
-        committed = state.offset.lsn if state.offset is not None else None
-        confirmed = slot.confirmed_flush_lsn if slot is not None else None
-        if committed is not None and confirmed is not None and confirmed < committed:
-            state.acknowledge(committed)  # a crashed run stopped after storing its offset
+        self._finish_landed(state)
         if signals:
             self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
         if self.upto_lsn not in (None, ""):
@@ -564,8 +581,8 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
         from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 
         interval = run_interval(context)
-        if interval is None:
-            return None
+        if interval is None or not interval.by_interval:
+            return None  # a manual run: the current state
         entries = committed_windows(self.capture.sink_path, self.capture.topic_prefix)
         newest = newest_run(entries, interval)
         if newest is None or interval.end_ms >= int(newest["end_ms"]):
@@ -667,6 +684,21 @@ def _summary(
         "gap": entry.stats.get("gap"),
         **_incremental_summary(entry),
     }
+
+
+def _check_covers_staged_chunks(window: Window, offset: PostgresOffset | None) -> None:
+    """A window emits the incremental chunks the previous one staged, which needs the stream up
+    to their high watermarks (written after the previous window's end): an explicit ``upto_lsn``
+    before them would emit rows the stream has not yet been checked against."""
+    staged = offset.incremental.staged if offset is not None and offset.incremental is not None else ()
+    if not staged or window.to_lsn is None:
+        return
+    high = Lsn(max(c.high_lsn for c in staged))
+    if window.to_lsn < high:
+        raise CdcConfigurationError(
+            f"upto_lsn {window.to_lsn} is before {high}, the high watermark of the incremental snapshot chunks "
+            "the previous window read: give a later upto_lsn, or leave it unset (the current position)"
+        )
 
 
 def _landed_runs(offset: PostgresOffset | None) -> dict[str, Any] | None:

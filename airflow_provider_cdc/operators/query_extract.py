@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.runs import landed_for, record_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres.query import QueryExtraction, QueryOffset, run_query_window
@@ -23,7 +24,7 @@ from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import OffsetStore
 from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
-from airflow_provider_cdc.operators.runs import is_replay, landed_for, run_interval
+from airflow_provider_cdc.operators.runs import replays, run_interval
 from airflow_provider_cdc.version_compat import AirflowSkipException, BaseOperator, Context
 
 
@@ -118,7 +119,7 @@ class PostgresQueryExtractOperator(BaseOperator):
                 )
             if latest is not None and committed > offset.window_seq:  # a run stopped after its commit
                 offset = _with_run(offset.after(latest), latest)
-            if is_replay(interval, offset.extra.get("runs"), "query"):
+            if replays(interval, offset.extra.get("runs"), "query", commit_log.committed):
                 assert interval is not None
                 self._save(store, offset, stored)
                 landed = landed_for(commit_log.committed(), interval)
@@ -158,4 +159,6 @@ def _with_run(offset: QueryOffset, entry: Any) -> QueryOffset:
     """Remember the run that landed ``entry`` (for backfills, see operators/runs.py)."""
     if not entry.stats.get("run"):
         return offset
-    return replace(offset, extra={**offset.extra, "runs": {"query": entry.stats["run"]}})
+    return replace(
+        offset, extra={**offset.extra, "runs": record_run(offset.extra.get("runs"), entry.stats["run"], "query")}
+    )

@@ -95,6 +95,10 @@ def test_bad_input_fails_before_anything_is_written(source, tmp_path):
     _, conn_id = source
     with pytest.raises(AirflowFailException, match="do not exist"):
         extractor(conn_id, tmp_path, created_column="nope").execute({})
+    with pytest.raises(
+        AirflowFailException, match=r"created_column .*id is integer, the cursor updated_at is timestamp"
+    ):
+        extractor(conn_id, tmp_path, created_column="id").execute({})
     with pytest.raises(AirflowFailException, match=r"cursor column .* is text"):
         PostgresQueryExtractOperator(
             task_id="bad",
@@ -107,3 +111,32 @@ def test_bad_input_fails_before_anything_is_written(source, tmp_path):
             offset_table="public.query_offsets",
         ).execute({})
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_ties_a_deleted_maximum_and_future_values_lose_and_repeat_nothing(source, tmp_path):
+    db, conn_id = source
+    op = extractor(conn_id, tmp_path)  # no lookback
+    db.execute("UPDATE items SET updated_at = '2026-01-01 00:00:00+00'")  # every row tied
+    assert op.execute({})["rows"] == 100
+    # A later commit with the watermark's very value (a coarse clock): read, once.
+    db.execute("INSERT INTO items (id, v, updated_at) VALUES (101, 'tie', '2026-01-01 00:00:00+00')")
+    tie = op.execute({})
+    assert (tie["rows"], tie["duplicates_dropped"]) == (1, 100)
+    db.execute("UPDATE items SET v = 'later', updated_at = '2026-02-01 00:00:00+00' WHERE id = 5")
+    assert op.execute({})["rows"] == 1
+    # The row holding the maximum goes away: the watermark must not step back (and re-read).
+    db.execute("DELETE FROM items WHERE id = 5")
+    gone = op.execute({})
+    assert gone["rows"] == 0 and gone["watermark"] == "2026-02-01 00:00:00+00"
+    assert op.execute({})["rows"] == 0
+    # A mistyped future value waits for its time; the rows written meanwhile are not skipped.
+    db.execute("INSERT INTO items (id, v, updated_at) VALUES (102, 'typo', '2999-01-01 00:00:00+00')")
+    db.execute("INSERT INTO items (id, v) VALUES (200, 'now')")
+    assert op.execute({})["rows"] == 1
+    db.execute("INSERT INTO items (id, v) VALUES (201, 'now')")
+    last = op.execute({})
+    assert last["rows"] == 1 and not last["watermark"].startswith("2999")
+    counts = Counter(e["after"]["id"] for e in events(tmp_path))
+    assert counts[5] == 2 and counts[102] == 0
+    assert {i for i, n in counts.items() if n != 1} == {5}
+    assert set(counts) == set(range(1, 102)) | {200, 201}

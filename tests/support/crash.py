@@ -224,6 +224,8 @@ class CrashCapture:
         assert offset is not None and offset.pending is None
         last = entries[-1].window
         assert (offset.window_seq, offset.lsn) == (last.seq, last.to_lsn), "the offset is not at the last window"
+        if offset.snapshot_completed:  # a table joining later is found by this list, whatever crashed
+            assert offset.extra.get("tables"), "the offset lost the list of snapshotted tables"
         status = self.db.slot_status(self.slot)
         assert status is not None and status.confirmed_flush_lsn == offset.lsn, "the slot is not acknowledged"
         return {

@@ -241,3 +241,90 @@ def test_a_surrogate_key_chunks_a_table_without_primary_key(db15, tmp_path):
     capture.state = missing  # no surrogate key and no primary key: the table fails, clearly
     capture.window()
     assert "has no primary key" in capture.state.history[-1].error
+
+
+def test_char_keys_null_surrogate_keys_and_conditions_page_exactly(db15, tmp_path):
+    # char(n) keys: bounds cast to char(1) would page the first letter forever.
+    db15.execute("CREATE TABLE codes (code char(3) PRIMARY KEY, v int)")
+    db15.execute("INSERT INTO codes VALUES ('A01', 1), ('A02', 2), ('A03', 3), ('B01', 4), ('B2', 5)")
+    # A NULL surrogate key: those rows cannot be paged, the others must all be read.
+    db15.execute("CREATE TABLE loose (sk int, v int)")
+    db15.execute("ALTER TABLE loose REPLICA IDENTITY FULL")
+    db15.execute("INSERT INTO loose SELECT g, g FROM generate_series(1, 7) g UNION ALL SELECT NULL, 0")
+    _create(db15, 9)
+    capture = Capture(db15, tmp_path, chunk_size=2, chunks_per_run=30)
+    capture.tables = ["public.codes", "public.loose", "public.items"]
+    db15.setup_capture(capture.tables)
+    capture.snapshot()
+    refs = [TableRef("public", n) for n in ("codes", "loose", "items")]
+    conditions = [{"data-collection": "public.items", "filter": "1=1) OR (1=1"}]  # cannot widen the bounds
+    data = {"data-collections": ["public.codes", "public.items"], "additional-conditions": conditions}
+    capture.signal("execute-snapshot", data, refs)
+    capture.signal("execute-snapshot", {"data-collections": ["public.loose"], "surrogate-key": "sk"}, refs)
+    capture.window()
+    capture.window()
+    history = {t.table.name: t for t in capture.state.history}
+    assert {n: t.status for n, t in history.items()} == {"codes": "done", "loose": "done", "items": "done"}
+
+    def read(table):
+        return [e["after"] for e in _incremental_rows(events_of(capture.sink, "t", f"public.{table}"))]
+
+    assert sorted(r["code"] for r in read("codes")) == ["A01", "A02", "A03", "B01", "B2 "]
+    assert sorted(r["sk"] for r in read("loose")) == list(range(1, 8))
+    assert sorted(r["id"] for r in read("items")) == list(range(1, 10))  # each once
+
+
+def test_an_additional_condition_is_one_expression_never_more_statements(db15, tmp_path):
+    _create(db15, 20)
+    capture = Capture(db15, tmp_path, chunk_size=10, chunks_per_run=5)
+    capture.snapshot()
+    attack = "false); DELETE FROM items; SELECT 1 AS id WHERE (true"
+    capture.signal(
+        "execute-snapshot",
+        {
+            "data-collections": ["public.items"],
+            "additional-conditions": [{"data-collection": "public.items", "filter": attack}],
+        },
+    )
+    capture.window()
+    assert capture.state.history[-1].status == "failed"
+    assert "multiple commands" in capture.state.history[-1].error
+    with db15.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 20
+
+
+def test_a_commit_held_back_by_a_synchronous_standby_is_never_overwritten_by_a_chunk(db15, tmp_path):
+    """A commit in WAL (and pg_xact) but invisible while it waits for a synchronous standby lands
+    in the window that holds its commit record. A chunk read in a *later* window still does not
+    see it, and no later stream event would supersede the chunk's old row: it must not be kept."""
+    _create(db15, 50)
+    capture = Capture(db15, tmp_path, chunk_size=100, chunks_per_run=1)
+    capture.snapshot()
+    capture.signal("execute-snapshot", {"data-collections": ["public.items"]})
+    db15.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+    db15.execute("SELECT pg_reload_conf()")
+    writer = threading.Thread(target=db15.execute, args=("UPDATE items SET v = 99 WHERE id = 5",))
+    try:
+        writer.start()
+        with db15.connect() as conn:
+            for _ in range(200):
+                waiting = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()
+                if waiting[0]:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                pytest.fail("the update never waited for the standby")
+        first = capture.window()  # holds the commit record; its chunk is not kept
+        second = capture.window()  # the commit is in no later window; still invisible
+        for entry in (first, second):
+            assert entry.stats["incremental_run"]["staged_chunks"] == 0, entry.stats["incremental_run"]
+            assert any("not kept" in n for n in entry.stats["incremental_run"]["notes"])
+    finally:
+        db15.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        db15.execute("SELECT pg_reload_conf()")
+        writer.join(30)
+    assert not writer.is_alive()
+    for _ in range(3):
+        capture.window()
+    assert capture.state.history[-1].status == "done"
+    capture.assert_matches_source()

@@ -9,6 +9,7 @@ keys (:class:`ChunkKeyWatch`) and then emits what survives (:func:`emit_chunk`).
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -152,12 +153,21 @@ class ChunkPlan:
             )
 
 
+# format_type(oid, NULL) names these as their one-character defaults (char(1), bit(1)) when
+# written back: cast to the unconstrained base types instead, or key bounds get truncated.
+_UNCONSTRAINED = {"character": "bpchar", "bit": '"bit"', "character[]": "bpchar[]", "bit[]": '"bit"[]'}
+
+
+def _cast_type(name: str) -> str:
+    return _UNCONSTRAINED.get(name, name)
+
+
 def _key_sql(plan: ChunkPlan, values: Sequence[str]):  # -> sql.Composed
     """``ROW(<text>::type, ...)`` for key values kept in PostgreSQL's text form."""
     from psycopg import sql
 
     casts = [
-        sql.SQL("CAST({} AS {})").format(sql.Literal(v), sql.SQL(plan.table.column(c).type.name))
+        sql.SQL("CAST({} AS {})").format(sql.Literal(v), sql.SQL(_cast_type(plan.table.column(c).type.name)))
         for c, v in zip(plan.order_columns, values)
     ]
     return sql.SQL("ROW({})").format(sql.SQL(", ").join(casts))
@@ -176,25 +186,37 @@ def _row_sql(plan: ChunkPlan):
     return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in plan.order_columns))
 
 
-def _condition_sql(plan: ChunkPlan):
+def _source_sql(plan: ChunkPlan):
+    """The table, or with Debezium's additional-conditions (a WHERE fragment written by the
+    signal's author) the table filtered in a subquery: whatever the fragment says, it cannot
+    reach the key bounds and ORDER BY around it. ``_check_condition`` proves it one statement."""
     from psycopg import sql
 
-    # Debezium's additional-conditions: a WHERE fragment given by the signal's author, run in a
-    # READ ONLY transaction. Parenthesised so it cannot change the meaning of the key bounds.
-    return sql.SQL("({})").format(sql.SQL(plan.progress.condition)) if plan.progress.condition else sql.SQL("TRUE")
+    if not plan.progress.condition:
+        return plan.table.ref.sql()
+    return sql.SQL("(SELECT * FROM {} WHERE ({})) AS {}").format(
+        plan.table.ref.sql(), sql.SQL(plan.progress.condition), sql.Identifier(plan.table.ref.name)
+    )
+
+
+def _not_null_sql(plan: ChunkPlan):
+    from psycopg import sql
+
+    return sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier(c)) for c in plan.order_columns)
 
 
 def max_key_statement(plan: ChunkPlan):
     from psycopg import sql
 
-    # Aliased: an output column named like the key would make ORDER BY sort the text.
+    # Aliased: an output column named like the key would make ORDER BY sort the text. Rows with a
+    # NULL (surrogate) key cannot be paged by key: they are left out, not taken as the maximum.
     return sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT 1").format(
         sql.SQL(", ").join(
             sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(f"__cdc_key{i}"))
             for i, c in enumerate(plan.order_columns)
         ),
-        plan.table.ref.sql(),
-        _condition_sql(plan),
+        _source_sql(plan),
+        _not_null_sql(plan),
         _order_sql(plan, descending=True),
     )
 
@@ -208,11 +230,10 @@ def chunk_statement(plan: ChunkPlan, limit: int):
     bounds = [sql.SQL("{} <= {}").format(_row_sql(plan), _key_sql(plan, progress.max_key))]
     if progress.last_key is not None:
         bounds.append(sql.SQL("{} > {}").format(_row_sql(plan), _key_sql(plan, progress.last_key)))
-    return sql.SQL("COPY (SELECT {} FROM {} WHERE {} AND {} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT csv)").format(
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT csv)").format(
         sql.SQL(", ").join(sql.Identifier(c.name) for c in plan.encoder.columns),
-        plan.table.ref.sql(),
+        _source_sql(plan),
         sql.SQL(" AND ").join(bounds),
-        _condition_sql(plan),
         _order_sql(plan),
         sql.Literal(int(limit)),
     )
@@ -259,8 +280,31 @@ def read_chunk(conn: Any, plan: ChunkPlan, chunk_id: str, *, limit: int, waterma
 
 
 def read_max_key(conn: Any, plan: ChunkPlan) -> tuple[str, ...] | None:
-    row = conn.execute(max_key_statement(plan)).fetchone()
+    conn.execute("BEGIN READ ONLY")
+    try:
+        _check_condition(conn, plan)
+        row = conn.execute(max_key_statement(plan)).fetchone()
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+        raise
     return None if row is None else tuple(row)
+
+
+def _check_condition(conn: Any, plan: ChunkPlan) -> None:
+    """An additional-conditions fragment must be one expression, not more statements: the
+    extended protocol (forced by a parameter) refuses several commands in one query, and the
+    chunk reads embed the same text in the same place."""
+    if not plan.progress.condition:
+        return
+    from psycopg import sql
+
+    # A parameter forces the extended protocol; the fragment's own % signs are escaped for it.
+    statement = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT %s").format(
+        plan.table.ref.sql(), sql.SQL(plan.progress.condition.replace("%", "%%"))
+    )
+    conn.execute(statement, (0,))
 
 
 def read_chunks(
@@ -307,13 +351,14 @@ def read_chunks(
                 progress = replace(progress, status="running", max_key=max_key)
                 plan = replace(plan, progress=progress)
             while budget > 0 and progress.active:
-                chunk_id = f"{window_id}-{len(staged) + 1:04d}"
+                # Unique across retries of the window and captures sharing a signal table.
+                chunk_id = f"{window_id}-{len(staged) + 1:04d}-{secrets.token_hex(4)}"
                 read = read_chunk(conn, plan, chunk_id, limit=chunk_size, watermarks=watermarks)
                 budget -= 1
                 if unseen(table.ref, read.snapshot):
                     notes.append(
-                        f"chunk {chunk_id} of {table.ref} not kept: a change in this window was not yet visible "
-                        "to its read; it is read again in the next run"
+                        f"chunk {chunk_id} of {table.ref} not kept: a committed change was not yet visible "
+                        "to its read (a commit waiting for a synchronous standby?); it is read again in the next run"
                     )
                     budget = 0
                     break

@@ -183,6 +183,10 @@ class IncrementalState:
     staged: tuple[StagedChunk, ...] = ()
     applied_signals: tuple[str, ...] = ()  # ids of Airflow-side signals already applied
     history: tuple[TableProgress, ...] = ()
+    # Transactions (32-bit ids, as in the WAL) of earlier windows that no chunk read has seen
+    # yet: a commit held back (by a synchronous standby) across windows. Until a chunk's
+    # snapshot sees them, chunks are not kept (see incremental_run.IncrementalRun.unseen).
+    unresolved_xids: tuple[int, ...] = ()
 
     @property
     def active(self) -> tuple[TableProgress, ...]:
@@ -210,6 +214,7 @@ class IncrementalState:
             "staged": [c.to_dict() for c in self.staged],
             "applied_signals": list(self.applied_signals),
             "history": [t.to_dict() for t in self.history],
+            "unresolved_xids": list(self.unresolved_xids),
         }
 
     @classmethod
@@ -221,6 +226,7 @@ class IncrementalState:
             staged=tuple(StagedChunk.from_dict(c) for c in data.get("staged", ())),
             applied_signals=tuple(data.get("applied_signals", ())),
             history=tuple(TableProgress.from_dict(t) for t in data.get("history", ())),
+            unresolved_xids=tuple(int(x) for x in data.get("unresolved_xids", ())),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -56,8 +56,14 @@ class IncrementalRun:
         self._signal_topic = None if signal is None else Topic.for_table(spec.topic_prefix, signal.schema, signal.name)
         self._signal_is_captured = signal in self.tables
         self._signal_rows: list[tuple[int, int, Any, Any, Any]] = []
+        # Transactions of this window's events that the job's starting snapshot did not see (in
+        # flight then, or committed but held back), per table, and those carried from earlier
+        # windows; ``unseen`` checks chunk reads against them.
         self._in_flight: dict[TableRef, set[int]] = {}
-        self._in_flight_ids = np.array([x & 0xFFFFFFFF for x in baseline.xip], dtype=np.int64)
+        carried = np.array(self.state.unresolved_xids, dtype=np.int64)
+        # Once the job's starting snapshot sees a carried transaction, every later read does.
+        self._unresolved = {int(x) for x in carried[~baseline.sees(carried)]} if len(carried) else set()
+        self._resolved: set[int] = set()
         self.notes: list[str] = []
         self.counts = {"emitted_chunks": 0, "emitted_rows": 0, "superseded_rows": 0, "staged_chunks": 0}
 
@@ -82,12 +88,11 @@ class IncrementalRun:
                 for batch in signal_batches:
                     self._collect_signals(batch)
             self.watch.observe(batches)
-            if len(self._in_flight_ids):
-                for topic, topic_batches in batches.items():
-                    ref = self._table_topics.get(topic)
-                    if ref is not None:
-                        for batch in topic_batches:
-                            self._note_in_flight(ref, batch)
+            for topic, topic_batches in batches.items():
+                ref = self._table_topics.get(topic)
+                if ref is not None:
+                    for batch in topic_batches:
+                        self._note_in_flight(ref, batch)
             flush(batches, transactions)
 
         return observed
@@ -104,14 +109,27 @@ class IncrementalRun:
 
     def _note_in_flight(self, ref: TableRef, batch: pa.RecordBatch) -> None:
         xids = pc.struct_field(batch.column("source"), "txId").fill_null(0).to_numpy(zero_copy_only=False)
-        hit = np.isin(xids & 0xFFFFFFFF, self._in_flight_ids)
-        if hit.any():
-            self._in_flight.setdefault(ref, set()).update(int(x) for x in xids[hit])
+        xids = np.unique(xids[xids != 0] & 0xFFFFFFFF)
+        hit = xids[~self.baseline.sees(xids)] if len(xids) else xids
+        if len(hit):
+            self._in_flight.setdefault(ref, set()).update(int(x) for x in hit)
 
     def unseen(self, ref: TableRef, snapshot: XidSnapshot) -> bool:
-        """Did a transaction of this window that changed ``ref`` stay invisible to ``snapshot``?"""
-        xids = self._in_flight.get(ref)
-        return bool(xids) and not snapshot.sees(np.array(sorted(xids))).all()
+        """Did a transaction that changed ``ref`` in this window, or any carried from an earlier
+        window, stay invisible to the chunk's ``snapshot``? Its changes precede the chunk's low
+        watermark, so no later stream event can supersede the chunk's stale rows."""
+        xids = sorted(self._in_flight.get(ref, set()) | self._unresolved)
+        if not xids:
+            return False
+        seen = snapshot.sees(np.array(xids, dtype=np.int64))
+        self._resolved.update(x for x, s in zip(xids, seen) if s)
+        return not seen.all()
+
+    def unresolved_xids(self) -> tuple[int, ...]:
+        """What the next window carries: this window's and earlier held-back transactions that no
+        chunk read has seen yet."""
+        candidates = self._unresolved.union(*self._in_flight.values())
+        return tuple(sorted(candidates - self._resolved))
 
     def finish(
         self,
@@ -167,5 +185,6 @@ class IncrementalRun:
             )
             self.notes += notes
             self.counts["staged_chunks"] = len(state.staged)
+        state = replace(state, unresolved_xids=self.unresolved_xids())
         self.state = state
         return {"incremental": state.to_dict(), "incremental_run": {**self.counts, "notes": self.notes}}

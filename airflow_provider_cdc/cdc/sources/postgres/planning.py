@@ -31,6 +31,7 @@ from airflow_provider_cdc.cdc.errors import (
     WalLostError,
 )
 from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.runs import record_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
@@ -110,7 +111,7 @@ def offset_after_commit(offset: PostgresOffset | None, entry: CommitEntry, ident
             # (and their watermarks lie before the stream's new start). Tables keep their progress.
             updated = replace(updated, incremental=replace(updated.incremental, staged=()))
     if entry.stats.get("run"):  # the scheduler run that landed the newest window of each kind (backfills)
-        runs = {**updated.extra.get("runs", {}), window.kind: entry.stats["run"]}
+        runs = record_run(updated.extra.get("runs"), entry.stats["run"], window.kind)
         updated = replace(updated, extra={**updated.extra, "runs": runs})
     if "incremental" in entry.stats:  # the stream job's new incremental snapshot state
         updated = replace(updated, incremental=IncrementalState.from_dict(entry.stats["incremental"]))

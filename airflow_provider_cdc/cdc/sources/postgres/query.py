@@ -179,11 +179,25 @@ def _plan(conn: Any, extraction: QueryExtraction, settings: EventSettings) -> _P
             f"cursor column {extraction.table}.{extraction.cursor_column} is {cursor_type}: use a timestamp, date or "
             "an increasing integer/numeric column"
         )
+    if extraction.created_column:
+        created_type = table.column(extraction.created_column).type.name
+        if _is_temporal(created_type) != _is_temporal(cursor_type) or not (
+            _is_temporal(created_type) or created_type in _NUMERIC or created_type.startswith("numeric")
+        ):
+            raise CdcConfigurationError(
+                f"created_column {extraction.table}.{extraction.created_column} is {created_type}, the cursor "
+                f"{extraction.cursor_column} is {cursor_type}: the created column is compared with the cursor's "
+                "watermark, so both must be timestamps/dates or both numbers"
+            )
     encoder = TableEncoder(table, table.columns, settings)
     for column in wanted:
         if column not in [c.name for c in encoder.columns]:
             raise CdcConfigurationError(f"{extraction.table}.{column} is excluded by the column filters")
     return _Plan(table, encoder, cursor_type, tuple(keys))
+
+
+def _is_temporal(type_name: str) -> bool:
+    return type_name.startswith(_TEMPORAL)
 
 
 def _statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None, high: str):
@@ -201,10 +215,12 @@ def _statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None, 
     def value(text: str):
         return sql.SQL("CAST({} AS {})").format(sql.Literal(text), typed)
 
+    # Both ends inclusive: rows tied with the watermark (a date cursor, a coarse clock, or a later
+    # commit with the same value) are read again and told apart by their text, never skipped.
     upper = sql.SQL("{} <= {}").format(cursor, value(high))
-    lower = sql.SQL("{} > {} - {}").format(cursor, value(watermark), lookback) if watermark is not None else None
+    lower = sql.SQL("{} >= {} - {}").format(cursor, value(watermark), lookback) if watermark is not None else None
     overlap = sql.SQL("{} <= {}").format(cursor, value(watermark)) if watermark is not None else sql.SQL("false")
-    band = sql.SQL("{} > {} - {}").format(cursor, value(high), lookback)
+    band = sql.SQL("{} >= {} - {}").format(cursor, value(high), lookback)
     created = (
         sql.SQL("{} > {}").format(sql.Identifier(extraction.created_column), value(watermark))
         if extraction.created_column and watermark is not None
@@ -257,7 +273,7 @@ def run_query_window(
         with connect(info) as conn:
             plan = _plan(conn, extraction, settings)
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            high, xmin, ts_ms = conn.execute(_high_statement(plan, extraction)).fetchone()
+            high, xmin, ts_ms = conn.execute(_high_statement(plan, extraction, watermark)).fetchone()
             rows = dropped = 0
             band_rows: list[pa.Array] = []
             seen_values = pa.array(sorted(seen), pa.string())
@@ -320,13 +336,22 @@ def run_query_window(
     return entry
 
 
-def _high_statement(plan: _Plan, extraction: QueryExtraction):
+def _high_statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None):
+    """The run's upper bound: the cursor's maximum, but never behind the watermark (the row
+    holding the maximum may have been deleted) and, for timestamptz cursors, never in the future
+    (a mistyped or clock-skewed value would otherwise jump the watermark past every later row;
+    such rows wait until their time comes)."""
     from psycopg import sql
 
+    high = sql.SQL("max({})").format(sql.Identifier(extraction.cursor_column))
+    if plan.cursor_type == "timestamp with time zone":
+        high = sql.SQL("LEAST({}, statement_timestamp())").format(high)
+    if watermark is not None:
+        high = sql.SQL("GREATEST({}, CAST({} AS {}))").format(high, sql.Literal(watermark), sql.SQL(plan.cursor_type))
     return sql.SQL(
-        "SELECT max({})::text, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
+        "SELECT {}::text, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
         "(extract(epoch FROM statement_timestamp()) * 1000)::bigint FROM {}"
-    ).format(sql.Identifier(extraction.cursor_column), plan.table.ref.sql())
+    ).format(high, plan.table.ref.sql())
 
 
 def _read_seen(sink: ParquetSink, path: str) -> set[str]:

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.chunks import ChunkKeyWatch, emit_chunk, surviving_rows
 from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK, EventContext
 from airflow_provider_cdc.cdc.sources.postgres.incremental import (
@@ -20,7 +22,12 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
 )
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-from airflow_provider_cdc.operators.postgres_cdc import _incremental_update, airflow_signals
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.operators.postgres_cdc import (
+    _check_covers_staged_chunks,
+    _incremental_update,
+    airflow_signals,
+)
 
 ORDERS, ITEMS = TableRef("public", "orders"), TableRef("public", "items")
 CAPTURED = [ORDERS, ITEMS]
@@ -124,9 +131,20 @@ def test_state_survives_the_offset_document():
         IncrementalState(), signal("execute-snapshot", {"data-collections": ["public.orders"]}), CAPTURED
     )
     chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, (6,)), ("id",), ("id",), 123)
-    state = IncrementalState(tables=state.tables, staged=(chunk,), applied_signals=("a",))
+    state = IncrementalState(tables=state.tables, staged=(chunk,), applied_signals=("a",), unresolved_xids=(7,))
     offset = PostgresOffset(identity=OffsetIdentity("t", "1", "db", "slot"), incremental=state)
     assert PostgresOffset.from_json(offset.to_json()).incremental == state
+
+
+def test_a_window_must_cover_the_high_watermarks_of_the_chunks_it_emits():
+    chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, ()), ("id",), ("id",), 1)
+    offset = PostgresOffset(
+        identity=OffsetIdentity("t", "1", "db", "slot"), incremental=IncrementalState(staged=(chunk,))
+    )
+    _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(20), 0), offset)
+    _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), None)
+    with pytest.raises(CdcConfigurationError, match="upto_lsn 0/13 is before 0/14, the high watermark"):
+        _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), offset)
 
 
 # -- Airflow-side signals -----------------------------------------------------------------------
