@@ -51,7 +51,7 @@ class RunInterval:
 
     @property
     def by_interval(self) -> bool:
-        return _by_interval(self.to_dict())
+        return self.start_ms is not None and self.end_ms is not None
 
     def same_dag(self, recorded: dict[str, Any] | None) -> bool:
         return bool(recorded) and recorded.get("dag_id", "") == self.dag_id  # type: ignore[union-attr]

@@ -178,11 +178,33 @@ class _WindowOperator(_CaptureOperator):
             state.tables = capture.resolve_tables(conn)
             yield state
 
-    def _finish_landed(self, state: _RunState) -> None:
+    def _report_landed(
+        self, state: _RunState, interval: RunInterval, kind: str | None, nothing_landed: str
+    ) -> dict[str, Any]:
+        """A replay: finish what a crashed run left, then return the summary of the windows (of
+        ``kind``, or any) landed for ``interval``; skipped with ``nothing_landed`` when none did.
+        Never reads the source or the slot."""
+        self._finish_landed(state, acknowledge=planning.streams(self.capture.snapshot_mode))
+        landed = landed_for(state.commit_log.committed(), interval, kind)
+        if not landed:
+            raise AirflowSkipException(f"{interval.describe()} {nothing_landed}")
+        summary = _summary(landed[-1], self.capture, confirmed_lsn=None, slot=None)
+        summary.update(replayed=True, windows=[e.window_id for e in landed])
+        self.log.info(
+            "%s already landed as window(s) %s (a retry, a cleared run or a backfill): reported from the sink, "
+            "nothing read from the source or the slot",
+            interval.describe(),
+            ", ".join(summary["windows"]),
+        )
+        return summary
+
+    def _finish_landed(self, state: _RunState, *, acknowledge: bool = True) -> None:
         """Before reporting what landed: finish what a crashed run left (store the rolled-forward
         offset, acknowledge the slot up to it); a slot ahead of the offset still fails."""
         if state.offset is not None and state.offset != state.stored:
             state.save(state.offset)
+        if not acknowledge:
+            return
         slot = admin.slot_status(state.conn, self.capture.resolved_slot_name)
         if slot is not None and state.offset is not None:
             planning.check_slot_not_ahead(slot, state.offset)  # a broken capture is never reported as fine
@@ -328,22 +350,13 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
 
     def _replay(self, state: _RunState, interval: RunInterval) -> dict[str, Any]:
         """A retry or a clear of a run whose snapshot landed, or a past interval: nothing is read."""
-        if planning.streams(self.capture.snapshot_mode):
-            self._finish_landed(state)
-        elif state.offset is not None and state.offset != state.stored:
-            state.save(state.offset)
-        landed = landed_for(state.commit_log.committed(), interval, "snapshot")
-        if not landed:
-            raise AirflowSkipException(
-                f"{interval.describe()} is a backfill or a cleared past run: a capture never re-reads the "
-                "source for a past interval (an incremental snapshot repairs a table, see docs/incremental.md)"
-            )
-        summary = _summary(landed[-1], self.capture, confirmed_lsn=None, slot=None)
-        summary.update(replayed=True, windows=[e.window_id for e in landed])
-        self.log.info(
-            "%s already landed snapshot window %s: reported from the sink", interval.describe(), landed[-1].window_id
+        return self._report_landed(
+            state,
+            interval,
+            "snapshot",
+            "is a backfill or a cleared past run: a capture never re-reads the source for a past interval "
+            "(an incremental snapshot repairs a table, see docs/incremental.md)",
         )
-        return summary
 
 
 class PostgresCdcBatchOperator(_WindowOperator):
@@ -455,28 +468,18 @@ class PostgresCdcBatchOperator(_WindowOperator):
     def _replay(self, state: _RunState, interval: RunInterval, signals: Sequence[Signal]) -> dict[str, Any]:
         """A backfill or a cleared past run: finish what a crashed run left (roll the offset
         forward, acknowledge), then report what landed for this interval. Never reads the slot."""
-        capture = self.capture
-        self._finish_landed(state)
         if signals:
             self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
         if self.upto_lsn not in (None, ""):
             self.log.warning("upto_lsn %s is ignored: a replayed run reads nothing", self.upto_lsn)
-        landed = landed_for(state.commit_log.committed(), interval)
-        if not landed:
-            raise AirflowSkipException(
-                f"{interval.describe()} is a backfill or a cleared past run and no window landed for it: a capture "
-                "only moves forward and never re-reads the slot for a past interval (its changes are in the "
-                "windows of the runs around it; an incremental snapshot repairs a table, see docs/incremental.md)"
-            )
-        summary = _summary(landed[-1], capture, confirmed_lsn=None, slot=None)
-        summary.update(replayed=True, windows=[e.window_id for e in landed])
-        self.log.info(
-            "%s already landed as window(s) %s (a retry, a cleared run or a backfill): reported from the sink, "
-            "nothing read from the slot",
-            interval.describe(),
-            ", ".join(summary["windows"]),
+        return self._report_landed(
+            state,
+            interval,
+            None,
+            "is a backfill or a cleared past run and no window landed for it: a capture only moves forward and "
+            "never re-reads the slot for a past interval (its changes are in the windows of the runs around it; "
+            "an incremental snapshot repairs a table, see docs/incremental.md)",
         )
-        return summary
 
     def _tables_without_snapshot(self, state: _RunState) -> list[TableRef]:
         """Tables that joined the capture after its snapshot: snapshotted incrementally (the

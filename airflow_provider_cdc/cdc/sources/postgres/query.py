@@ -174,16 +174,14 @@ def _plan(conn: Any, extraction: QueryExtraction, settings: EventSettings) -> _P
     if missing:
         raise CdcConfigurationError(f"column(s) {', '.join(missing)} do not exist in {extraction.table}")
     cursor_type = table.column(extraction.cursor_column).type.name
-    if not (cursor_type in _NUMERIC or cursor_type.startswith(_TEMPORAL) or cursor_type.startswith("numeric")):
+    if _family(cursor_type) is None:
         raise CdcConfigurationError(
             f"cursor column {extraction.table}.{extraction.cursor_column} is {cursor_type}: use a timestamp, date or "
             "an increasing integer/numeric column"
         )
     if extraction.created_column:
         created_type = table.column(extraction.created_column).type.name
-        if _is_temporal(created_type) != _is_temporal(cursor_type) or not (
-            _is_temporal(created_type) or created_type in _NUMERIC or created_type.startswith("numeric")
-        ):
+        if _family(created_type) != _family(cursor_type):
             raise CdcConfigurationError(
                 f"created_column {extraction.table}.{extraction.created_column} is {created_type}, the cursor "
                 f"{extraction.cursor_column} is {cursor_type}: the created column is compared with the cursor's "
@@ -196,8 +194,13 @@ def _plan(conn: Any, extraction: QueryExtraction, settings: EventSettings) -> _P
     return _Plan(table, encoder, cursor_type, tuple(keys))
 
 
-def _is_temporal(type_name: str) -> bool:
-    return type_name.startswith(_TEMPORAL)
+def _family(type_name: str) -> str | None:
+    """How a cursor of this type is compared and looked back: ``temporal``, ``numeric`` or not at all."""
+    if type_name.startswith(_TEMPORAL):
+        return "temporal"
+    if type_name in _NUMERIC or type_name.startswith("numeric"):
+        return "numeric"
+    return None
 
 
 def _statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None, high: str):
@@ -205,7 +208,7 @@ def _statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None, 
 
     cursor = sql.Identifier(extraction.cursor_column)
     typed = sql.SQL(plan.cursor_type)
-    temporal = not (plan.cursor_type in _NUMERIC or plan.cursor_type.startswith("numeric"))
+    temporal = _family(plan.cursor_type) == "temporal"
     lookback = (
         sql.SQL("make_interval(secs => {})").format(sql.Literal(float(extraction.lookback)))
         if temporal
