@@ -96,7 +96,10 @@ class EventContext:
 
 def sequence(last_commit_lsn: int | None, lsn: int) -> str:
     """Debezium's ``source.sequence``: ``["<last committed LSN>","<LSN>"]`` as compact JSON."""
-    return json.dumps([None if last_commit_lsn is None else str(last_commit_lsn), str(lsn)], separators=(",", ":"))
+    # int(): callers may pass an Lsn, whose str() is PostgreSQL's X/Y text; Debezium's are decimal.
+    return json.dumps(
+        [None if last_commit_lsn is None else str(int(last_commit_lsn)), str(int(lsn))], separators=(",", ":")
+    )
 
 
 class TableEncoder:
@@ -207,14 +210,17 @@ def read_source(
 def read_events(
     layout: EventLayout, after: pa.Array, source: dict, context: EventContext, op: pa.Array | None = None
 ) -> pa.RecordBatch:
-    """Events of rows read by a query: no before image, one ``source``, ``op = r`` unless given."""
+    """Events of rows read by a query: no before image, one ``source``, ``op = r`` unless given.
+
+    The event's ``ts_ms`` is never before the read's ``source.ts_ms``: a read happens after the
+    window was planned, and Debezium's lag ``ts_ms - source.ts_ms`` must not come out negative."""
     length = len(after)
     return layout.assemble(
         before=pa.nulls(length, layout.value_type),
         after=after,
         source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), length),
         op=op if op is not None else pa.repeat(pa.scalar(Op.READ), length),
-        ts_ms=context.ts_ms,
+        ts_ms=max(context.ts_ms, source["ts_ms"]),
         transaction=None,
         window_id=context.window_id,
     )
@@ -274,7 +280,7 @@ class ChunkTransactions:
             xid=pa.array(xids, pa.int64()),
             commit_lsn=pa.array(commits, pa.int64()),
             transaction_id=pa.array(ids, pa.string()),
-            sequence_prefix=pa.array(['[null,"' if p is None else f'["{p}","' for p in previous], pa.string()),
+            sequence_prefix=pa.array(['[null,"' if p is None else f'["{int(p)}","' for p in previous], pa.string()),
         )
 
 

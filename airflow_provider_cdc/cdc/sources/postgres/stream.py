@@ -128,7 +128,8 @@ class WindowCollector:
         self.tables = tables
         self.context = context
         self.topic_prefix = topic_prefix
-        self.previous_commit_lsn = previous_commit_lsn
+        # A plain int like every later commit LSN (the spec's is an Lsn, whose text is X/Y).
+        self.previous_commit_lsn = None if previous_commit_lsn is None else int(previous_commit_lsn)
         self.max_changes = max_changes_per_chunk
         self._flush = flush
         self.stats = StreamStats()
