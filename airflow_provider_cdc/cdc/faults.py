@@ -2,7 +2,9 @@
 
 Inert unless ``AIRFLOW_CDC_FAULT`` is set in the environment, as ``<point>:<action>[:<n>]``:
 ``kill`` sends the process ``SIGKILL`` (a real crash: no cleanup, no ``finally``), ``raise``
-raises a transient error, on the ``n``-th time the point is reached (default 1). The points sit
+raises a transient error, on the ``n``-th time the point is reached (default 1). With
+``AIRFLOW_CDC_FAULT_ONCE=<file>`` the fault is armed only while that file exists, and firing
+removes it: once across processes (a task's retry runs in a new process). The points sit
 on every step boundary of a run; ``tests/integration/test_crash_safety.py`` kills runs at each
 of them (and at random moments) and checks that the next run loses and duplicates nothing.
 
@@ -31,6 +33,7 @@ from collections import Counter
 from airflow_provider_cdc.cdc.errors import CdcTransientError
 
 ENV = "AIRFLOW_CDC_FAULT"
+ONCE_ENV = "AIRFLOW_CDC_FAULT_ONCE"
 _hits: Counter = Counter()
 
 
@@ -45,6 +48,12 @@ def point(name: str) -> None:
     _hits[name] += 1
     if _hits[name] != int(nth or 1):
         return
+    once = os.environ.get(ONCE_ENV)
+    if once:
+        try:
+            os.unlink(once)  # disarm: exactly one process fires
+        except FileNotFoundError:
+            return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise CdcTransientError(f"fault injected at {name}")

@@ -1,44 +1,64 @@
-"""Backfills, cleared runs and retries: which run a task stands for, and what landed for it.
+"""Which Airflow run a task stands for, and whether it captures or reports what already landed.
 
 A capture only moves forward: the slot is never rewound and never re-read. Every committed
 window records the scheduler run that planned it (``run`` in the commit entry: DAG, run id, run
-type and data interval), and the offset remembers, per DAG, the last run that landed a window of
-each kind and the newest *interval* run. A task that stands for something already landed is a
-*replay*: it changes nothing at the source or in the lake and returns what landed; downstream
-tasks rebuild their outputs "as of" that interval from the lake.
+type, data interval, ``run_after``), and the offset remembers, per DAG, the last run that landed
+a window of each kind and the latest ``run_after`` of any landed run.
 
-Two kinds of run:
-- a run with a data interval (scheduled, backfill, and manual runs given a logical date) stands
-  for that interval: it is a replay when its interval is older than the newest landed one, or
-  when its interval already landed a window of its kind. (A manual run at 01:30 gets the last
-  complete interval, [00:00, 01:00), which the 01:00 run landed: it reports that window.)
-- a manual or asset-triggered run without a data interval means "capture now": it is a replay
-  only when the very same run already landed a window of its kind (a retry, or a later clear).
+The rule, for a task of a window kind (``snapshot``, ``stream``, ``query``):
 
-Intervals compare within one DAG only: another DAG's schedule is unrelated. Kept free of Airflow
-so the engine (which records the runs) imports it too.
+=====================================  ======================================================
+run                                    the task
+=====================================  ======================================================
+backfill (run type ``backfill``)       reports the windows landed for its interval (by any run
+                                       of the DAG with the same data interval); never captures
+the same run already landed a window   reports it: a retry, or a clear of a run that landed
+of this kind (same DAG and run id)     (also a ``dag.test()`` re-run of the same date)
+anything else: scheduled, catchup,     captures: manual with or without a data interval,
+manual, asset- or operator-triggered,  asset-triggered, a cleared or retried run that never
+a clear of a run that never landed     landed, whatever its interval
+=====================================  ======================================================
+
+A run's *interval* never makes it a replay by itself: a scheduled run whose interval is older
+than a manual run's is still the scheduler's next run, and its changes must not wait an hour.
+Finding "the same run" is one look at the offset's record for the common case (a retry of the
+run that landed last); a run that is not newer (by ``run_after``) than every landed run of its
+DAG may be a clear of an older one, and only then is the commit log read.
+
+Kept free of Airflow so the engine (which records the runs) imports it too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+
+BACKFILL = "backfill"
 
 
 def _by_interval(run: dict[str, Any] | None) -> bool:
     return bool(run) and run.get("start_ms") is not None and run.get("end_ms") is not None  # type: ignore[union-attr]
 
 
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
+
+
 @dataclass(frozen=True)
 class RunInterval:
+    """One Airflow DAG run, as the capture records it."""
+
     run_id: str
     run_type: str
     start_ms: int | None
     end_ms: int | None
     dag_id: str = ""
+    run_after_ms: int | None = None  # when the run could start (creation order of runs)
+    clear_number: int = 0  # how often the run was cleared (Airflow 3)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,11 +67,16 @@ class RunInterval:
             "run_type": self.run_type,
             "start_ms": self.start_ms,
             "end_ms": self.end_ms,
+            **({"run_after_ms": self.run_after_ms} if self.run_after_ms is not None else {}),
         }
 
     @property
     def by_interval(self) -> bool:
         return self.start_ms is not None and self.end_ms is not None
+
+    @property
+    def is_backfill(self) -> bool:
+        return self.run_type == BACKFILL
 
     def same_dag(self, recorded: dict[str, Any] | None) -> bool:
         return bool(recorded) and recorded.get("dag_id", "") == self.dag_id  # type: ignore[union-attr]
@@ -67,23 +92,33 @@ class RunInterval:
             and (recorded.get("start_ms"), recorded.get("end_ms")) == (self.start_ms, self.end_ms)  # type: ignore[union-attr]
         )
 
-    def stands_for(self, recorded: dict[str, Any] | None) -> bool:
-        """Did the run ``recorded`` land a window on this run's behalf (the same interval, or the same run)?"""
-        return self.same_interval(recorded) or (not self.by_interval and self.same_run(recorded))
-
     def describe(self) -> str:
-        if self.start_ms is None or self.end_ms is None:
-            return f"run {self.run_id!r} of DAG {self.dag_id!r}"
-        start, end = (
-            datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat() for ms in (self.start_ms, self.end_ms)
-        )
-        return f"[{start}, {end}) of run {self.run_id!r}"
+        """``run 'scheduled__…' (scheduled, interval [a, b))`` — the run type always named."""
+        details = [self.run_type or "unknown run type"]
+        if self.by_interval:
+            assert self.start_ms is not None and self.end_ms is not None
+            details.append(f"interval [{_iso(self.start_ms)}, {_iso(self.end_ms)})")
+        else:
+            details.append("no data interval")
+        if self.clear_number:
+            details.append(f"cleared {self.clear_number}x")
+        return f"run {self.run_id!r} of DAG {self.dag_id!r} ({', '.join(details)})"
 
 
-def _dag_records(runs: dict[str, Any] | None, dag_id: str) -> dict[str, dict[str, Any]]:
-    """``{"last": {kind: run}, "newest": {kind: run}}`` of one DAG, from the offset's ``runs``."""
+@dataclass(frozen=True)
+class RunDecision:
+    """Does a task capture, or report what landed? ``reason`` names the run type and why."""
+
+    replay: bool
+    reason: str
+    landed: tuple[CommitEntry, ...] = field(default=())
+
+
+def _dag_records(runs: dict[str, Any] | None, dag_id: str) -> dict[str, Any]:
+    """``{"last": {kind: run}, "run_after_ms": int | None}`` of one DAG: the last run that landed
+    a window of each kind, and the latest ``run_after`` of any run that landed one."""
     records = normalised_runs(runs).get(dag_id) or {}
-    return {"last": dict(records.get("last") or {}), "newest": dict(records.get("newest") or {})}
+    return {"last": dict(records.get("last") or {}), "run_after_ms": records.get("run_after_ms")}
 
 
 def normalised_runs(runs: dict[str, Any] | None) -> dict[str, Any]:
@@ -94,10 +129,7 @@ def normalised_runs(runs: dict[str, Any] | None) -> dict[str, Any]:
         return runs
     out: dict[str, Any] = {}
     for kind, run in runs.items():
-        records = out.setdefault(run.get("dag_id", ""), {"last": {}, "newest": {}})
-        records["last"][kind] = run
-        if _by_interval(run):
-            records["newest"][kind] = run
+        out.setdefault(run.get("dag_id", ""), {"last": {}})["last"][kind] = run
     return out
 
 
@@ -107,44 +139,101 @@ def record_run(runs: dict[str, Any] | None, run: dict[str, Any], kind: str) -> d
     dag_id = run.get("dag_id", "")
     records = _dag_records(out, dag_id)
     records["last"][kind] = run
-    if _by_interval(run):
-        records["newest"][kind] = run
+    after = run.get("run_after_ms")
+    if after is not None:
+        records["run_after_ms"] = max(int(after), int(records["run_after_ms"] or after))
+    if records["run_after_ms"] is None:
+        del records["run_after_ms"]
     out[dag_id] = records
     return out
 
 
-def is_replay(interval: RunInterval | None, runs: dict[str, Any] | None, kind: str) -> bool:
-    """Does this run stand for a window of ``kind`` that already landed, or for a past interval?
-    (``runs``: the offset's record; see the module docstring for the rule.)"""
-    if interval is None:
-        return False
-    records = _dag_records(runs, interval.dag_id)
-    if interval.same_run(records["last"].get(kind)):
-        return True  # a retry, or a clear, of the run that landed the last window of this kind
-    if not interval.by_interval:
-        return False
-    newest = [int(r["end_ms"]) for r in records["newest"].values()]
-    return bool(newest) and (interval.end_ms < max(newest) or interval.same_interval(records["newest"].get(kind)))  # type: ignore[operator]
+def _may_have_landed_before(run: RunInterval, records: dict[str, Any]) -> bool:
+    """Could this run have landed a window that the offset's record no longer names? Only a run
+    that is not newer than every landed run of its DAG (a clear or re-run of an older one)."""
+    newest_after = records.get("run_after_ms")
+    if run.run_after_ms is None or newest_after is None:
+        return bool(records["last"])  # no creation order known: look whenever the DAG landed anything
+    return run.run_after_ms <= int(newest_after)
 
 
-def landed_for(entries: list[CommitEntry], interval: RunInterval, kind: str | None = None) -> list[CommitEntry]:
-    """Committed windows (of ``kind``, or any) landed on behalf of this run."""
-    return [e for e in entries if interval.stands_for(e.stats.get("run")) and (kind is None or e.window.kind == kind)]
+def decide(
+    run: RunInterval | None,
+    runs: dict[str, Any] | None,
+    kind: str,
+    committed: Callable[[], list[CommitEntry]],
+) -> RunDecision:
+    """Capture or report (see the module docstring). ``runs``: the offset's record; ``committed``
+    reads the commit log's committed windows, called only when the record cannot answer."""
+    if run is None:
+        return RunDecision(False, "not part of a DAG run: captures")
+    if run.is_backfill:
+        landed = tuple(
+            e for e in committed() if run.same_interval(e.stats.get("run")) and (kind == "any" or e.window.kind == kind)
+        )
+        if landed:
+            reason = f"{run.describe()} is a backfill: reports window(s) {_ids(landed)} landed for its interval"
+        else:
+            reason = f"{run.describe()} is a backfill and no window landed for its interval"
+        return RunDecision(True, reason + "; a backfill never re-reads the source for a past interval", landed)
+    records = _dag_records(runs, run.dag_id)
+    recorded = run.same_run(records["last"].get(kind))
+    if recorded or _may_have_landed_before(run, records):
+        landed = landed_by_run(committed(), run, kind)
+        if landed:
+            return RunDecision(
+                True,
+                f"{run.describe()} already landed {kind} window(s) {_ids(landed)} "
+                "(a retry, or a clear of a run that landed): reports them",
+                landed,
+            )
+    return RunDecision(False, f"{run.describe()}: no {kind} window of this run landed yet: captures")
 
 
-def _interval_runs(entries: list[CommitEntry], interval: RunInterval) -> list[CommitEntry]:
-    return [e for e in entries if interval.same_dag(e.stats.get("run")) and _by_interval(e.stats["run"])]
+def _ids(entries: tuple[CommitEntry, ...] | list[CommitEntry]) -> str:
+    return ", ".join(e.window_id for e in entries)
 
 
-def landed_by(entries: list[CommitEntry], interval: RunInterval) -> CommitEntry | None:
-    """The last window landed by an interval run of this DAG whose interval ended by ``interval``'s end."""
-    if interval.end_ms is None:
+def landed_by_run(entries: list[CommitEntry], run: RunInterval, kind: str = "any") -> tuple[CommitEntry, ...]:
+    """Committed windows (of ``kind``, or ``"any"``) landed by this very run."""
+    return tuple(e for e in entries if run.same_run(e.stats.get("run")) and kind in ("any", e.window.kind))
+
+
+def _interval_runs(entries: list[CommitEntry], run: RunInterval) -> list[CommitEntry]:
+    return [e for e in entries if run.same_dag(e.stats.get("run")) and _by_interval(e.stats["run"])]
+
+
+def landed_by(entries: list[CommitEntry], run: RunInterval) -> CommitEntry | None:
+    """The last window landed by an interval run of this DAG whose interval ended by ``run``'s end
+    (a backfill's current state is rebuilt as of it)."""
+    if run.end_ms is None:
         return None
-    before = [e for e in _interval_runs(entries, interval) if int(e.stats["run"]["end_ms"]) <= interval.end_ms]
+    before = [e for e in _interval_runs(entries, run) if int(e.stats["run"]["end_ms"]) <= run.end_ms]
     return before[-1] if before else None
 
 
-def newest_run(entries: list[CommitEntry], interval: RunInterval) -> dict[str, Any] | None:
-    """The newest interval run of ``interval``'s DAG that landed a window."""
-    runs = [e.stats["run"] for e in _interval_runs(entries, interval)]
-    return max(runs, key=lambda r: int(r["end_ms"])) if runs else None
+@dataclass(frozen=True)
+class StateTarget:
+    """What a current-state task builds: the current state (``as_of`` None), the state as of a
+    landed window, or nothing (``skip``); ``reason`` names the run type and why."""
+
+    as_of: CommitEntry | None
+    reason: str
+    skip: bool = False
+
+
+def state_target(entries: list[CommitEntry], run: RunInterval | None) -> StateTarget:
+    """A backfill: as of the last window landed by the end of its interval (skip if none did). A
+    re-run of a run whose windows landed, when later windows landed since (a cleared past run):
+    as of its own last window. Every other run, the one that just captured included: current."""
+    if run is None:
+        return StateTarget(None, "not part of a DAG run: the current state")
+    if run.is_backfill:
+        entry = landed_by(entries, run)
+        if entry is None:
+            return StateTarget(None, f"{run.describe()} is a backfill and no window landed by its end", skip=True)
+        return StateTarget(entry, f"{run.describe()} is a backfill: state as of window {entry.window_id}")
+    own = landed_by_run(entries, run)
+    if own and entries and entries[-1].window.seq > own[-1].window.seq:
+        return StateTarget(own[-1], f"{run.describe()} re-runs a past run: state as of its window {own[-1].window_id}")
+    return StateTarget(None, f"{run.describe()}: the current state")

@@ -90,6 +90,9 @@ class PostgresJobSpec:
     # The scheduler's run that planned the window (run_id, run_type, data interval in ms), kept in
     # the commit entry so a backfill of that interval can find what landed for it.
     run: dict[str, Any] | None = None
+    # The capture's offset as stored with this window pending (without ``pending``/``revision``),
+    # kept in the commit entry: the commit log alone restores a lost offset store.
+    checkpoint: dict[str, Any] | None = None
 
     connector = "postgresql"
 
@@ -119,6 +122,7 @@ class PostgresJobSpec:
             "signal_table": None if self.signal_table is None else self.signal_table.to_json(),
             "incremental_watermarks": self.incremental_watermarks,
             "run": self.run,
+            "checkpoint": self.checkpoint,
         }
 
     def to_json(self) -> str:
@@ -149,6 +153,7 @@ class PostgresJobSpec:
             signal_table=TableRef(*data["signal_table"]) if data.get("signal_table") else None,
             incremental_watermarks=data.get("incremental_watermarks", "message"),
             run=data.get("run"),
+            checkpoint=data.get("checkpoint"),
         )
 
 

@@ -21,7 +21,7 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, Inv
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
-from airflow_provider_cdc.cdc.runs import RunInterval, landed_by, landed_for, newest_run
+from airflow_provider_cdc.cdc.runs import RunDecision, RunInterval, decide, state_target
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
@@ -41,7 +41,7 @@ from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.window import Window, window_id_for
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
-from airflow_provider_cdc.operators.runs import replays, run_interval
+from airflow_provider_cdc.operators.runs import run_interval
 from airflow_provider_cdc.version_compat import (
     AirflowException,
     AirflowFailException,
@@ -170,7 +170,11 @@ class _WindowOperator(_CaptureOperator):
             # A run killed moments ago may still have a walsender on the slot: let it go away.
             admin.wait_for_slot_release(conn, capture.resolved_slot_name, timeout=capture.slot_release_timeout_seconds)
             reconciled = planning.reconcile(
-                stored, commit_log.latest(), identity, source=store.describe(capture.topic_prefix)
+                stored,
+                commit_log.latest(),
+                identity,
+                source=store.describe(capture.topic_prefix),
+                committed=commit_log.committed,
             )
             for note in reconciled.notes:
                 self.log.warning("%s", note)
@@ -178,22 +182,23 @@ class _WindowOperator(_CaptureOperator):
             state.tables = capture.resolve_tables(conn)
             yield state
 
-    def _report_landed(
-        self, state: _RunState, interval: RunInterval, kind: str | None, nothing_landed: str
-    ) -> dict[str, Any]:
-        """A replay: finish what a crashed run left, then return the summary of the windows (of
-        ``kind``, or any) landed for ``interval``; skipped with ``nothing_landed`` when none did.
-        Never reads the source or the slot."""
+    def _decide(self, state: _RunState, context: Context, kind: str) -> RunDecision:
+        """Capture, or report what landed (a backfill, or a re-run of a run that landed)."""
+        decision = decide(run_interval(context), _landed_runs(state.offset), kind, state.commit_log.committed)
+        self.log.info("%s", decision.reason)
+        return decision
+
+    def _report_landed(self, state: _RunState, decision: RunDecision, nothing_landed: str) -> dict[str, Any]:
+        """A replay: finish what a crashed run left, then return the summary of the windows the
+        decision found; skipped (saying why) when none landed. Never reads the source or the slot."""
         self._finish_landed(state, acknowledge=planning.streams(self.capture.snapshot_mode))
-        landed = landed_for(state.commit_log.committed(), interval, kind)
+        landed = decision.landed
         if not landed:
-            raise AirflowSkipException(f"{interval.describe()} {nothing_landed}")
+            raise AirflowSkipException(f"{decision.reason}: {nothing_landed}")
         summary = _summary(landed[-1], self.capture, confirmed_lsn=None, slot=None)
         summary.update(replayed=True, windows=[e.window_id for e in landed])
         self.log.info(
-            "%s already landed as window(s) %s (a retry, a cleared run or a backfill): reported from the sink, "
-            "nothing read from the source or the slot",
-            interval.describe(),
+            "window(s) %s reported from the sink: nothing read from the source or the slot",
             ", ".join(summary["windows"]),
         )
         return summary
@@ -233,6 +238,7 @@ class _WindowOperator(_CaptureOperator):
             signal_table=capture.signal_table_ref,
             incremental_watermarks=capture.incremental_watermarks,
             run=None if interval is None else interval.to_dict(),
+            checkpoint=None if state.offset is None else planning.checkpoint(state.offset),
         )
 
     def _run_job(self, spec: PostgresJobSpec) -> CommitEntry:
@@ -299,9 +305,9 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
         capture = self.capture
         interval = run_interval(context)
         with self._state() as state:
-            if replays(interval, _landed_runs(state.offset), "snapshot", state.commit_log.committed):
-                assert interval is not None
-                return self._replay(state, interval)
+            decision = self._decide(state, context, "snapshot")
+            if decision.replay:
+                return self._replay(state, decision)
             slot = admin.slot_status(state.conn, capture.resolved_slot_name)
             decision = planning.decide_snapshot(capture.snapshot_mode, state.offset, slot)
             if not decision.run:
@@ -348,14 +354,10 @@ class PostgresCdcSnapshotOperator(_WindowOperator):
         self.log.info("snapshot committed: %s", summary)
         return summary
 
-    def _replay(self, state: _RunState, interval: RunInterval) -> dict[str, Any]:
-        """A retry or a clear of a run whose snapshot landed, or a past interval: nothing is read."""
+    def _replay(self, state: _RunState, decision: RunDecision) -> dict[str, Any]:
+        """A backfill, or a re-run of a run whose snapshot landed: nothing is read."""
         return self._report_landed(
-            state,
-            interval,
-            "snapshot",
-            "is a backfill or a cleared past run: a capture never re-reads the source for a past interval "
-            "(an incremental snapshot repairs a table, see docs/incremental.md)",
+            state, decision, "nothing to report (an incremental snapshot repairs a table, see docs/incremental.md)"
         )
 
 
@@ -402,9 +404,9 @@ class PostgresCdcBatchOperator(_WindowOperator):
         signals = airflow_signals(self.signals, context, self.task_id)
         interval = run_interval(context)
         with self._state() as state:
-            if replays(interval, _landed_runs(state.offset), "stream", state.commit_log.committed):
-                assert interval is not None
-                return self._replay(state, interval, signals)
+            decision = self._decide(state, context, "stream")
+            if decision.replay:
+                return self._replay(state, decision, signals)
             new_tables = self._tables_without_snapshot(state)
             slot = admin.require_slot(state.conn, capture.resolved_slot_name, state.identity.database)
 
@@ -465,20 +467,18 @@ class PostgresCdcBatchOperator(_WindowOperator):
         )
         return summary
 
-    def _replay(self, state: _RunState, interval: RunInterval, signals: Sequence[Signal]) -> dict[str, Any]:
-        """A backfill or a cleared past run: finish what a crashed run left (roll the offset
-        forward, acknowledge), then report what landed for this interval. Never reads the slot."""
+    def _replay(self, state: _RunState, decision: RunDecision, signals: Sequence[Signal]) -> dict[str, Any]:
+        """A backfill, or a re-run of a run whose window landed: finish what a crashed run left
+        (roll the offset forward, acknowledge), then report what landed. Never reads the slot."""
         if signals:
             self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
         if self.upto_lsn not in (None, ""):
             self.log.warning("upto_lsn %s is ignored: a replayed run reads nothing", self.upto_lsn)
         return self._report_landed(
             state,
-            interval,
-            None,
-            "is a backfill or a cleared past run and no window landed for it: a capture only moves forward and "
-            "never re-reads the slot for a past interval (its changes are in the windows of the runs around it; "
-            "an incremental snapshot repairs a table, see docs/incremental.md)",
+            decision,
+            "a capture only moves forward and never re-reads the slot for a past interval (its changes are in "
+            "the windows of the runs around it; an incremental snapshot repairs a table, see docs/incremental.md)",
         )
 
     def _tables_without_snapshot(self, state: _RunState) -> list[TableRef]:
@@ -579,24 +579,18 @@ class PostgresCdcCurrentStateOperator(_CaptureOperator):
         return results
 
     def _as_of_for_past_run(self, context: Context) -> int | None:
-        """For a backfill or a cleared past run: the last window landed by the end of its data
-        interval (the state is rebuilt as of then, the current version stays)."""
+        """A backfill, or a re-run of a past run: the window its state is rebuilt "as of" (the
+        current version stays); None for every other run (the current state)."""
         from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 
         interval = run_interval(context)
-        if interval is None or not interval.by_interval:
-            return None  # a manual run: the current state
-        entries = committed_windows(self.capture.sink_path, self.capture.topic_prefix)
-        newest = newest_run(entries, interval)
-        if newest is None or interval.end_ms >= int(newest["end_ms"]):
-            return None  # the newest interval (or a newer one): the current state
-        entry = landed_by(entries, interval)
-        if entry is None:
-            raise AirflowSkipException(
-                f"no window of capture {self.capture.topic_prefix!r} landed by {interval.describe()}"
-            )
-        self.log.info("%s is a past run: state as of window %s", interval.describe(), entry.window_id)
-        return entry.window.seq
+        if interval is None:
+            return None
+        target = state_target(committed_windows(self.capture.sink_path, self.capture.topic_prefix), interval)
+        if target.skip:
+            raise AirflowSkipException(target.reason)
+        self.log.info("%s", target.reason)
+        return None if target.as_of is None else target.as_of.window.seq
 
 
 def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
-from airflow_provider_cdc.cdc.runs import landed_for, record_run
+from airflow_provider_cdc.cdc.runs import decide, record_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
 from airflow_provider_cdc.cdc.sources.postgres.query import QueryExtraction, QueryOffset, run_query_window
@@ -24,7 +24,7 @@ from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import OffsetStore
 from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
-from airflow_provider_cdc.operators.runs import replays, run_interval
+from airflow_provider_cdc.operators.runs import run_interval
 from airflow_provider_cdc.version_compat import AirflowSkipException, BaseOperator, Context
 
 
@@ -119,12 +119,13 @@ class PostgresQueryExtractOperator(BaseOperator):
                 )
             if latest is not None and committed > offset.window_seq:  # a run stopped after its commit
                 offset = _with_run(offset.after(latest), latest)
-            if replays(interval, offset.extra.get("runs"), "query", commit_log.committed):
-                assert interval is not None
+            decision = decide(interval, offset.extra.get("runs"), "query", commit_log.committed)
+            self.log.info("%s", decision.reason)
+            if decision.replay:
                 self._save(store, offset, stored)
-                landed = landed_for(commit_log.committed(), interval)
+                landed = decision.landed
                 if not landed:
-                    raise AirflowSkipException(f"{interval.describe()} is a past run and nothing landed for it")
+                    raise AirflowSkipException(f"{decision.reason}: nothing to report")
                 return {**landed[-1].stats.get("query", {}), "window_id": landed[-1].window_id, "replayed": True}
             window = Window(offset.window_seq + 1, "query", None, None, int(time.time() * 1000))
             entry = run_query_window(

@@ -5,16 +5,19 @@ The rule and the records live in the engine (``cdc/runs.py``); this reads the ta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.runs import RunInterval, is_replay, landed_for
-from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.runs import RunInterval
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
 
 
 def run_interval(context: Any) -> RunInterval | None:
-    """The task's run and data interval (None outside a DAG run, e.g. a bare execute). A manual
-    run without a logical date has no data interval: it stands only for itself."""
+    """The task's DAG run: id, type, data interval, ``run_after`` and clear count (None outside a
+    DAG run, e.g. a bare ``execute``)."""
     dag_run = context.get("dag_run") if hasattr(context, "get") else None
     if dag_run is None:
         return None
@@ -25,21 +28,8 @@ def run_interval(context: Any) -> RunInterval | None:
         dag_id=str(getattr(dag_run, "dag_id", "")),
         run_id=str(dag_run.run_id),
         run_type=str(getattr(run_type, "value", run_type)),
-        start_ms=int(start.timestamp() * 1000) if has_interval else None,
-        end_ms=int(end.timestamp() * 1000) if has_interval else None,
+        start_ms=_ms(start) if has_interval else None,
+        end_ms=_ms(end) if has_interval else None,
+        run_after_ms=_ms(getattr(dag_run, "run_after", None)),
+        clear_number=int(getattr(dag_run, "clear_number", 0) or 0),
     )
-
-
-def replays(
-    interval: RunInterval | None,
-    runs: dict[str, Any] | None,
-    kind: str,
-    committed: Callable[[], list[CommitEntry]],
-) -> bool:
-    """``is_replay``, plus, for a manual run that is not the last one recorded, a look at the
-    commit log: a manual run cleared long after its window landed still only reports it."""
-    if is_replay(interval, runs, kind):
-        return True
-    if interval is None or interval.by_interval:
-        return False
-    return bool(landed_for(committed(), interval, kind))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +34,24 @@ def register(dag) -> None:
     sync_bag_to_db(bag, "dags-folder", None)
 
 
-def run(dag, hour: int = 0, *, errors: dict | None = None, conf: dict | None = None) -> DagResult:
+def run(
+    dag,
+    hour: float = 0,
+    *,
+    errors: dict | None = None,
+    conf: dict | None = None,
+    run_type: str = "manual",
+    with_interval: bool = True,
+) -> DagResult:
+    """``dag.test()`` of the run at ``START + hour`` (its ``run_after``), as a run of ``run_type``
+    (Airflow's own types; ``dag.test()`` itself only makes manual runs), with a logical date and
+    data interval unless ``with_interval`` is False (a manual run "now")."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    logical_date = START.add(hours=hour)
-    run = dag.test(logical_date=logical_date, run_after=logical_date, run_conf=conf)
+    run_after = START.add(seconds=int(hour * 3600))
+    with _runs_of_type(run_type):
+        run = dag.test(logical_date=run_after if with_interval else None, run_after=run_after, run_conf=conf)
     tasks, xcom = {}, {}
     with create_session() as session:
         for ti in run.get_task_instances(session=session):
@@ -48,6 +62,62 @@ def run(dag, hour: int = 0, *, errors: dict | None = None, conf: dict | None = N
             if row is not None:
                 xcom[ti.task_id] = XComModel.deserialize_value(row)
     return DagResult(str(run.state), tasks, xcom, errors if errors is not None else {})
+
+
+@contextmanager
+def _runs_of_type(run_type: str) -> Iterator[None]:
+    """Make ``dag.test()`` create its run as ``run_type`` (scheduled, backfill, asset_triggered, ...)
+    with the run id Airflow gives that type, by replacing the helper it creates the run with."""
+    if run_type == "manual":
+        yield
+        return
+    import airflow.models.dagrun as dagrun_module
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+    from sqlalchemy import select
+
+    kind = DagRunType(run_type)
+    original = dagrun_module.get_or_create_dagrun
+
+    def create(
+        *,
+        dag,
+        run_id,
+        logical_date,
+        data_interval,
+        run_after,
+        conf,
+        triggered_by,
+        triggering_user_name,
+        start_date,
+        session,
+    ):
+        existing = session.scalar(
+            select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.logical_date == logical_date)
+        )
+        if existing is not None:  # dag.test() replaces the run of the same date, like the original
+            session.delete(existing)
+            session.commit()
+        return dag.create_dagrun(
+            run_id=DagRun.generate_run_id(run_type=kind, logical_date=logical_date, run_after=run_after),
+            logical_date=logical_date,
+            data_interval=data_interval,
+            run_after=run_after,
+            conf=conf,
+            run_type=kind,
+            state=DagRunState.RUNNING,
+            triggered_by=triggered_by,
+            triggering_user_name=triggering_user_name,
+            start_date=start_date or logical_date,
+            session=session,
+        )
+
+    dagrun_module.get_or_create_dagrun = create
+    try:
+        yield
+    finally:
+        dagrun_module.get_or_create_dagrun = original
 
 
 def failure_recorder(errors: dict):

@@ -72,6 +72,51 @@ def replay(events: Iterable[dict], key_columns: Sequence[str]) -> dict[tuple, di
     return state
 
 
+def assert_history(
+    events: Iterable[dict], key_columns: Sequence[str], *, ops: dict[str, int] | None = None, snapshots: int = 1
+) -> None:
+    """One table's event log is gapless and has no duplicates: exactly ``snapshots`` full
+    snapshot windows, and every stream event applies to a state where it makes sense (a create of
+    an absent key, an update or delete of a present one), which a lost or repeated window breaks.
+    ``ops``: the expected number of ``c``/``u``/``d`` events (the workload's own counts)."""
+    events = ordered(events)
+    windows = {e["window_id"] for e in events if e["op"] == "r" and not incremental(e)}
+    assert len(windows) == snapshots, f"{len(windows)} full snapshot window(s) {sorted(windows)}, expected {snapshots}"
+    present: set[tuple] = set()
+    counts = {"c": 0, "u": 0, "d": 0}
+    for event in events:
+        op = event["op"]
+        if op == "r":
+            present.add(_key(event["after"], key_columns))
+            continue
+        if op == "t":
+            present.clear()
+            continue
+        counts[op] += 1
+        if op == "c":
+            key = _key(event["after"], key_columns)
+            assert key not in present, f"create of {key} in window {event['window_id']}: the key already exists"
+            present.add(key)
+        else:
+            key = _key(event["before"] or event["after"], key_columns)
+            assert key in present, f"{op} of {key} in window {event['window_id']}: the key was never created"
+            if op == "d":
+                present.discard(key)
+    if ops is not None:
+        assert counts == {op: ops.get(op, 0) for op in counts}, f"stream events {counts}, the workload made {ops}"
+
+
+def workload_ops(*rounds, table: str) -> dict[str, int]:
+    """The ``c``/``u``/``d`` counts the shop workload rounds (``shop.mutate`` results) made in
+    ``table`` (``public.orders`` or ``orders``: the workload names tables without their schema)."""
+    table = table.split(".")[-1]
+    return {
+        "c": sum(r.inserts.get(table, 0) for r in rounds),
+        "u": sum(r.updates.get(table, 0) for r in rounds),
+        "d": sum(r.deletes.get(table, 0) for r in rounds),
+    }
+
+
 def incremental(event: dict) -> bool:
     """An ``op = r`` row of an incremental snapshot (ordered at its watermark) or of a query
     extraction: a point-in-time read of one row that resets nothing."""

@@ -167,11 +167,20 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
             **incremental_stats,
-            **({"run": spec.run} if spec.run else {}),
+            **_recorded_run(spec),
         },
     )
     _drop_emitted_chunks(sink, incremental.emitted)
     return entry
+
+
+def _recorded_run(spec: PostgresJobSpec) -> dict[str, Any]:
+    """What the commit entry keeps of the run beyond the data: the scheduler run that planned it
+    and the offset it was planned from (see planning.reconcile, which restores offsets from it)."""
+    return {
+        **({"run": spec.run} if spec.run else {}),
+        **({"offset": spec.checkpoint} if spec.checkpoint else {}),
+    }
 
 
 def _stage(writer: Any, topic: Topic, batch: pa.RecordBatch) -> str:
@@ -293,7 +302,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_xmin": xmin,
             "job_pid": os.getpid(),
-            **({"run": spec.run} if spec.run else {}),
+            **_recorded_run(spec),
         },
     )
 

@@ -20,7 +20,9 @@ pending window, same start  a retry: run the same window again (same id, same bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
@@ -66,10 +68,16 @@ def reconcile(
     identity: OffsetIdentity,
     *,
     source: str = "offset store",
+    committed: Callable[[], list[CommitEntry]] | None = None,
 ) -> Reconciled:
     """Bring the stored offset in line with the sink's commit log (the durable record).
 
     ``source`` names where the offset came from, for the error when it belongs to another capture.
+    When the store lost the offset (deleted, reset to an older document, a new Airflow metadata
+    database), the whole offset is restored from the log: the position, the snapshot and its
+    tables, the incremental snapshot's progress and the run records, so nothing is re-read or
+    re-snapshotted. ``committed`` lists the committed windows, read only for logs written
+    before entries kept their offset.
     """
     notes: list[str] = []
     if offset is not None:
@@ -82,13 +90,50 @@ def reconcile(
             f"but the sink's commit log ends at window {committed_seq or 'none'}. The sink path was "
             "changed or its files deleted; restore them, or delete the stored offset to re-snapshot."
         )
-    if last_commit is not None and committed_seq > offset_seq:
+    if last_commit is None or committed_seq == offset_seq:
+        return Reconciled(offset, ())
+    pending = offset.pending if offset is not None else None
+    adjacent = offset is not None and offset_seq + 1 == committed_seq
+    stopped_between_writes = adjacent and pending is not None and pending.seq == committed_seq
+    if stopped_between_writes or (adjacent and "offset" not in last_commit.stats):
         notes.append(
             f"the sink committed {last_commit.window.describe()} but the offset store had window "
             f"{offset_seq or 'none'} (a run stopped between the two writes): adopting the sink's record"
         )
-        offset = offset_after_commit(offset, last_commit, identity)
-    return Reconciled(offset, tuple(notes))
+        return Reconciled(offset_after_commit(offset, last_commit, identity), tuple(notes))
+    restored = restore_from_log(last_commit, identity, committed)
+    notes.append(
+        f"{source} has {'no offset' if offset is None else f'window {offset_seq or None}'} but the sink's commit "
+        f"log ends at {last_commit.window.describe()}: the offset was lost or reset; restored it from the "
+        "commit log (position, snapshot, incremental snapshot, run records), nothing is re-read or re-snapshotted"
+    )
+    return Reconciled(replace(restored, revision=offset.revision if offset is not None else 0), tuple(notes))
+
+
+def checkpoint(offset: PostgresOffset) -> dict[str, Any]:
+    """The offset as a commit entry keeps it (``stats["offset"]``): no pending window, no revision."""
+    return replace(offset, pending=None, revision=0).to_dict()
+
+
+def restore_from_log(
+    last_commit: CommitEntry,
+    identity: OffsetIdentity,
+    committed: Callable[[], list[CommitEntry]] | None = None,
+) -> PostgresOffset:
+    """The offset after ``last_commit``, from the commit log alone: the offset its run was planned
+    from (kept in the entry) plus the entry itself. Entries written before they kept it are
+    replayed from the first committed window (the snapshot's table list is then unknown)."""
+    recorded = last_commit.stats.get("offset")
+    where = f"the sink's commit log ({last_commit.window.describe()})"
+    if recorded is not None:
+        base = PostgresOffset.from_json(recorded, source=where)
+        base.check_identity(identity, source=where)
+        return offset_after_commit(base, last_commit, identity)
+    offset: PostgresOffset | None = None
+    for entry in committed() if committed is not None else [last_commit]:
+        offset = offset_after_commit(offset, entry, identity)
+    assert offset is not None
+    return offset
 
 
 def offset_after_commit(offset: PostgresOffset | None, entry: CommitEntry, identity: OffsetIdentity) -> PostgresOffset:

@@ -88,6 +88,52 @@ class TestReconcile:
         result = reconcile(None, entry(1, None, 100, "snapshot"), ID)
         assert result.offset.snapshot_completed and result.offset.lsn == 100 and result.offset.snapshot_lsn == 100
 
+    def test_a_lost_or_reset_offset_is_restored_from_the_entrys_checkpoint(self):
+        from dataclasses import replace
+
+        from airflow_provider_cdc.cdc.runs import record_run
+        from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
+        from airflow_provider_cdc.cdc.sources.postgres.planning import checkpoint
+
+        runs = record_run(
+            None, {"dag_id": "d", "run_id": "r2", "run_type": "scheduled", "start_ms": 1, "end_ms": 1}, "stream"
+        )
+        planned = replace(
+            offset(lsn=300, seq=2),
+            lsn_commit=Lsn(250),
+            snapshot_lsn=Lsn(100),
+            incremental=IncrementalState(),
+            extra={"tables": [["public", "a"]], "runs": runs},
+            pending=Window(3, "stream", Lsn(300), Lsn(400), 1),
+        )
+        run3 = {"dag_id": "d", "run_id": "r3", "run_type": "manual", "start_ms": None, "end_ms": None}
+        last = replace(entry(3, 300, 400, last_commit=390), stats={"offset": checkpoint(planned), "run": run3})
+        for stored in (
+            None,
+            offset(lsn=100, seq=1),
+            replace(offset(lsn=100, seq=1), pending=Window(2, "stream", Lsn(100), Lsn(300), 1)),
+        ):
+            result = reconcile(stored, last, ID)
+            restored = result.offset
+            assert (restored.lsn, restored.window_seq, restored.lsn_commit, restored.tx_id) == (400, 3, 390, 7)
+            assert restored.snapshot_completed and restored.snapshot_lsn == 100 and restored.pending is None
+            assert restored.extra["tables"] == [["public", "a"]]
+            assert restored.extra["runs"]["d"]["last"] == {"stream": run3}
+            assert restored.incremental == IncrementalState()
+            assert restored.revision == (0 if stored is None else stored.revision)  # the store's, for its CAS
+            assert "restored it from the commit log" in result.notes[0]
+        foreign = replace(
+            last, stats={"offset": checkpoint(replace(planned, identity=OffsetIdentity("shop", "43", "db", "slot")))}
+        )
+        with pytest.raises(CdcConfigurationError, match="another capture"):
+            reconcile(None, foreign, ID)
+
+    def test_logs_from_before_checkpoints_are_replayed_from_the_first_window(self):
+        entries = [entry(1, None, 100, "snapshot"), entry(2, 100, 200, last_commit=150), entry(3, 200, 300)]
+        result = reconcile(None, entries[-1], ID, committed=lambda: entries)
+        assert result.offset.snapshot_completed and result.offset.snapshot_lsn == 100
+        assert (result.offset.lsn, result.offset.window_seq, result.offset.lsn_commit) == (300, 3, 150)
+
     def test_offset_ahead_of_log_fails(self):
         with pytest.raises(OffsetMismatchError, match="sink's commit log ends at window 1"):
             reconcile(offset(seq=2), entry(1, None, 100, "snapshot"), ID)
