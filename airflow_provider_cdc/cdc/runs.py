@@ -93,11 +93,13 @@ class RunInterval:
         )
 
     def describe(self) -> str:
-        """``run 'scheduled__…' (scheduled, interval [a, b))`` — the run type always named."""
+        """``run 'scheduled__…' of DAG 'd' (scheduled, data interval [a, b))``: the type always named."""
         details = [self.run_type or "unknown run type"]
-        if self.by_interval:
-            assert self.start_ms is not None and self.end_ms is not None
-            details.append(f"interval [{_iso(self.start_ms)}, {_iso(self.end_ms)})")
+        if self.start_ms is not None and self.end_ms is not None:
+            if self.start_ms == self.end_ms:  # cron schedules' default timetable: a point in time
+                details.append(f"data interval at {_iso(self.start_ms)}")
+            else:
+                details.append(f"data interval [{_iso(self.start_ms)}, {_iso(self.end_ms)})")
         else:
             details.append("no data interval")
         if self.clear_number:

@@ -161,6 +161,7 @@ class AirflowDeployment:
     # -- CLI and REST ------------------------------------------------------------------------------
 
     def cli(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
             ["airflow", *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=self.home
         )
