@@ -24,6 +24,7 @@ from tests.support import airflow as af
 from tests.support.oracle import (
     assert_history,
     assert_same_state,
+    assert_source_blocks,
     events_of,
     replay,
     source_rows,
@@ -43,6 +44,7 @@ def check_capture(db, sink: Path, prefix: str, rounds: list) -> None:
         for table, keys in KEYS.items():
             events = events_of(sink, prefix, table)
             assert_history(events, keys, ops=workload_ops(*rounds, table=table))
+            assert_source_blocks(events)
             assert_same_state(replay(events, keys), source_rows(conn, table, keys))
 
 

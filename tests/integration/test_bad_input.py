@@ -575,7 +575,7 @@ SETUP_CASES = {
             "Airflow Variable 'bi_offset__offset_copied_from_another_database'",
             "belongs to another capture (system_identifier is '7000000000000000001'",
             "database is 'production', expected 't_bad_input'",
-            "Delete the stored offset to start over",
+            "Delete the stored offset: the next run restores this capture's own from its sink's commit log",
         ),
         prepare=_foreign_offset(),
     ),
@@ -667,7 +667,7 @@ def _store_offset(capture: PostgresCapture, text: str) -> None:
     [
         pytest.param(
             lambda doc: '{"format": 1, "lsn": ',
-            ["the stored offset is not valid JSON", "Restore it", "or delete it to start the capture over"],
+            ["the stored offset is not valid JSON", "Delete it: the next run restores it from the sink's commit log"],
             id="malformed-json",
         ),
         pytest.param(

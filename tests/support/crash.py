@@ -41,7 +41,7 @@ from airflow_provider_cdc.operators.postgres_cdc import (
 )
 from airflow_provider_cdc.version_compat import AirflowSkipException
 from tests.support.databases import CaptureDatabase
-from tests.support.oracle import assert_same_state, replay, source_rows
+from tests.support.oracle import assert_same_state, assert_source_blocks, replay, source_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
@@ -191,6 +191,7 @@ class CrashCapture:
             )
             repeated = [k for k, n in snapshot_keys.items() if n > 1]
             assert not repeated, f"{table}: snapshot rows written twice: {repeated[:5]}"
+            assert_source_blocks(events)
             stream_events[table] = [e for e in events if e["op"] != "r"]
             for e in stream_events[table]:
                 positions[(e["source"]["commit_lsn"], e["transaction"]["total_order"])] += 1

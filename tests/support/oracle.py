@@ -106,6 +106,27 @@ def assert_history(
         assert counts == {op: ops.get(op, 0) for op in counts}, f"stream events {counts}, the workload made {ops}"
 
 
+def assert_source_blocks(events: Iterable[dict]) -> None:
+    """Debezium's ``source.sequence`` is ``["<previous commit LSN>","<LSN>"]`` in decimal strings
+    in every event (the first transaction of a window included), and a read row's event
+    ``ts_ms`` is never before its ``source.ts_ms`` (the lag ``ts_ms - source.ts_ms`` is >= 0)."""
+    first_of_window: dict[str, dict] = {}
+    for event in ordered(events):
+        source = event["source"]
+        previous, lsn = json.loads(source["sequence"])
+        assert previous is None or (isinstance(previous, str) and previous.isdigit()), source["sequence"]
+        assert isinstance(lsn, str) and lsn.isdigit() and int(lsn) == source["lsn"], source["sequence"]
+        if event["op"] == "r":
+            assert event["ts_ms"] >= source["ts_ms"], f"read at {source['ts_ms']}, event ts_ms {event['ts_ms']}"
+        elif previous is not None:
+            assert int(previous) < source["commit_lsn"], source
+        if event["op"] != "r" and event["transaction"]:
+            first_of_window.setdefault(event["window_id"], event)
+    # Every window after the first stream window knows the commit before it.
+    for event in sorted(first_of_window.values(), key=lambda e: e["window_id"])[1:]:
+        assert json.loads(event["source"]["sequence"])[0] is not None, event["source"]
+
+
 def workload_ops(*rounds, table: str) -> dict[str, int]:
     """The ``c``/``u``/``d`` counts the shop workload rounds (``shop.mutate`` results) made in
     ``table`` (``public.orders`` or ``orders``: the workload names tables without their schema)."""

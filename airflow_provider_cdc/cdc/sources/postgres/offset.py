@@ -23,7 +23,10 @@ from airflow_provider_cdc.cdc.window import Window
 
 OFFSET_FORMAT = 1
 CONNECTOR = "postgresql"
-_REMEDY = " Restore it (e.g. from a backup), or delete it to start the capture over with a new snapshot."
+_REMEDY = (
+    " Delete it: the next run restores it from the sink's commit log (with an empty sink, the capture"
+    " starts over with a new snapshot)."
+)
 
 
 @dataclass(frozen=True)
@@ -151,8 +154,9 @@ class PostgresOffset:
             raise InvalidOffsetError(
                 f"{source}: the stored offset belongs to another capture ({'; '.join(mismatches)}). "
                 "Offsets are only valid for the server, database and slot that produced them; using "
-                "them elsewhere would skip or repeat changes. Delete the stored offset to start over "
-                "with a new snapshot."
+                "them elsewhere would skip or repeat changes. Delete the stored offset: the next run restores "
+                "this capture's own from its sink's commit log (with an empty sink, it starts over with a new "
+                "snapshot)."
             )
 
 
