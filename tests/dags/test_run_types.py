@@ -224,6 +224,11 @@ def deployment(db15, tmp_path):
 
 
 def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
+    """Every run type under a real scheduler; then the DAG moves to a new metadata database (the
+    offset Variable stays behind) and goes on from the sink's commit log."""
+    from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+    from tests.support.scheduler import AirflowDeployment
+
     (airflow, start), db, dag_id = deployment, db15, "cdc_run_types"
     rounds: list = []
 
@@ -306,4 +311,14 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     slot = db.slot_status("cdc_rt")
     assert str(slot.confirmed_flush_lsn) == report["to_lsn"]  # the retry acknowledged it
 
+    # The DAG moves to a new Airflow deployment: a new metadata database, so no offset Variable.
+    airflow.stop()
+    moved = AirflowDeployment(tmp_path / "moved", airflow.dags_folder, db.cluster, env=airflow.extra_env)
+    moved.metadata.create_database(moved.database)
+    moved.cli("db", "migrate", timeout=300)
+    expected = mutate()
+    landed = len(committed_windows(str(tmp_path / "lake"), "rt"))
+    output = moved.cli("dags", "test", dag_id, timeout=300).stdout
+    assert "restored it from the commit log" in output and "the initial snapshot already completed" in output, output
+    assert len(committed_windows(str(tmp_path / "lake"), "rt")) == landed + 1  # a window, no second snapshot
     check_capture(db, tmp_path / "lake", "rt", rounds)

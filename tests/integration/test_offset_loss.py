@@ -4,14 +4,15 @@ The commit log is the durable record: every entry keeps the offset its window wa
 so the position, the completed snapshot and its tables, a running incremental snapshot and the
 run records all come back from it. The tests delete the stored offset (or put back an older
 document) between every two runs of a capture, also while an incremental snapshot is half done,
-and move a DAG to a brand-new Airflow metadata database; each ends with the event log checked
-gapless and duplicate-free against the workload and the replayed state equal to the source.
+and end with the event log checked gapless and duplicate-free against the workload and the
+replayed state equal to the source.
+(The move to a new Airflow metadata database is the last step of the real-scheduler test in
+tests/dags/test_run_types.py.)
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -107,73 +108,3 @@ def test_a_lost_or_reset_offset_is_restored_from_the_commit_log(db15, spark, tmp
         if e["op"] == "r" and e["source"]["snapshot"] == "incremental"
     )
     assert chunked and max(chunked.values()) == 1, chunked.most_common(3)
-
-
-DAG_FILE = """
-import os
-
-import pendulum
-from airflow.sdk import DAG
-
-from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
-
-capture = PostgresCapture(
-    postgres_conn_id="moved_db",
-    tables=["public.customers", "public.orders", "public.order_items"],
-    topic_prefix="moved",
-    sink_path=os.environ["CDC_MOVED_SINK"],
-)
-with DAG("cdc_moved", schedule="@hourly", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
-    (
-        PostgresCdcSetupOperator(task_id="setup", capture=capture)
-        >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-        >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
-    )
-"""
-
-
-@pytest.mark.airflow
-def test_a_dag_moved_to_a_new_metadata_database_continues_from_the_sink(db15, tmp_path):
-    """The offset lives in an Airflow Variable of the first deployment's metadata database; the
-    second deployment has none, and goes on from the sink's commit log."""
-    from tests.support.scheduler import AirflowDeployment
-
-    db = db15
-    with db.connect() as conn:
-        shop.create_schema(conn)
-        shop.seed(conn, customers=12, orders_per_customer=2)
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "cdc_moved.py").write_text(textwrap.dedent(DAG_FILE))
-    env = {"AIRFLOW_CONN_MOVED_DB": db.cluster.airflow_uri(db.name), "CDC_MOVED_SINK": str(tmp_path / "lake")}
-    rounds: list = []
-
-    def mutate() -> None:
-        with db.connect() as conn:
-            rounds.append(shop.mutate(conn, round_no=len(rounds) + 1))
-
-    runs = {"old": ["2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"]}
-    runs["new"] = ["2026-01-01T02:00:00+00:00", "2026-01-01T03:00:00+00:00"]
-    for deployment, dates in runs.items():
-        airflow = AirflowDeployment(tmp_path / deployment, dags, db.cluster, env=env)  # its own metadata DB
-        airflow.metadata.create_database(airflow.database)
-        airflow.cli("db", "migrate", timeout=300)
-        for date in dates:
-            if date != runs["old"][0]:
-                mutate()
-            landed = len(committed_windows(str(tmp_path / "lake"), "moved"))
-            result = airflow.cli("dags", "test", "cdc_moved", date, timeout=300)
-            output = result.stdout + result.stderr
-            expected = 2 if date == runs["old"][0] else 1  # the snapshot and a window, then a window a run
-            assert len(committed_windows(str(tmp_path / "lake"), "moved")) == landed + expected, output[-5000:]
-            if date == runs["new"][0]:
-                assert "restored it from the commit log" in output, output[-5000:]
-                assert "the initial snapshot already completed" in output, output[-5000:]
-    entries = committed_windows(str(tmp_path / "lake"), "moved")
-    assert [e.window.kind for e in entries] == ["snapshot", "stream", "stream", "stream", "stream"]
-    check(db, tmp_path / "lake", "moved", rounds)
