@@ -185,7 +185,8 @@ capture = PostgresCapture(
 with DAG(
     "cdc_run_types",
     schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable("@hourly", timezone="UTC"), assets=[Asset("cdc-test://run-types/trigger")]
+        timetable=CronTriggerTimetable(os.environ["CDC_RT_CRON"], timezone="UTC"),
+        assets=[Asset("cdc-test://run-types/trigger")],
     ),
     start_date=pendulum.parse(os.environ["CDC_RT_START"]),
     catchup=True,
@@ -207,8 +208,12 @@ def deployment(db15, tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "cdc_run_types.py").write_text(textwrap.dedent(DAG_FILE))
-    start = pendulum.now("UTC").start_of("hour").subtract(hours=2)
+    # A daily schedule whose last tick was an hour ago: catchup makes three scheduled runs, and no
+    # tick falls inside the test to take changes meant for another run.
+    tick = pendulum.now("UTC").subtract(hours=1).start_of("minute")
+    start = tick.subtract(days=2, minutes=1)
     env = {
+        "CDC_RT_CRON": f"{tick.minute} {tick.hour} * * *",
         "AIRFLOW_CONN_RT_DB": db15.cluster.airflow_uri(db15.name),
         "CDC_RT_SINK": str(tmp_path / "lake"),
         "CDC_RT_START": start.isoformat(),
@@ -264,7 +269,7 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     assert manual_first["run_type"] == "manual" and manual_first["state"] == "success"
     expected = mutate()
     airflow.unpause(dag_id)
-    runs = airflow.wait_for_runs(dag_id, 4)  # catchup: the ticks at start, +1 h, +2 h
+    runs = airflow.wait_for_runs(dag_id, 4)  # catchup: the daily ticks of the last three days
     scheduled = [r["dag_run_id"] for r in runs if r["run_type"] == "scheduled"]
     assert len(scheduled) >= 3, runs
     assert all(pendulum.parse(r["run_after"]) < pendulum.parse(manual_first["run_after"]) for r in runs[:3])  # older
@@ -276,7 +281,7 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     now = airflow.trigger(dag_id)  # manual, no logical date, no data interval
     assert window(now)["changes"] == expected and "(manual, no data interval" in decision(now)
     expected = mutate()
-    past = airflow.trigger(dag_id, logical_date=start.add(minutes=30).isoformat())  # manual, an old interval
+    past = airflow.trigger(dag_id, logical_date=start.add(hours=5).isoformat())  # manual, an old interval
     assert window(past)["changes"] == expected and "captures" in decision(past)
 
     expected = mutate()
@@ -284,13 +289,15 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     known = {r["dag_run_id"] for r in airflow.runs(dag_id)}
     airflow.api("POST", "/assets/events", json={"asset_id": asset["id"], "extra": {}})
     triggered = airflow._wait(
-        lambda: [r["dag_run_id"] for r in airflow.runs(dag_id) if r["dag_run_id"] not in known], 120, "an asset run"
+        lambda: [r["dag_run_id"] for r in airflow.runs(dag_id) if r["run_type"] == "asset_triggered"],
+        120,
+        "an asset run",
     )[0]
-    assert airflow.run(dag_id, triggered)["run_type"] == "asset_triggered"
+    assert triggered not in known
     assert window(triggered)["changes"] == expected and "(asset_triggered," in decision(triggered)
 
     pending = mutate()  # no replay below may take these
-    airflow.backfill(dag_id, start.isoformat(), start.add(hours=1).isoformat())  # reprocesses two landed runs
+    airflow.backfill(dag_id, start.isoformat(), start.add(days=1, minutes=2).isoformat())  # reprocesses two landed runs
     for run_id in scheduled[:2]:
         airflow._wait(lambda rid=run_id: airflow.run(dag_id, rid)["run_type"] == "backfill", 60, "the backfill")
         report = window(run_id, tries=2)
