@@ -71,13 +71,14 @@ class SlotHealth:
             else f"{m.get('retained_fraction') or 0:.0%} of max_slot_wal_keep_size ({keep})"
         )
         return (
-            f"slot {self.slot_name!r} is healthy (wal_status {m.get('wal_status')!r}): {m.get('lag_bytes')} bytes "
-            f"behind (WAL written since its acknowledged position {m.get('confirmed_flush_lsn')}); "
-            f"{m.get('retained_bytes')} bytes of WAL retained from its restart_lsn {m.get('restart_lsn')}, "
-            f"{limit}. restart_lsn trails the acknowledged position: decoding restarts at a running-transactions "
-            "record (the server logs one every 15 s while WAL is written, and at checkpoints), and the slot moves "
-            "restart_lsn there only once acknowledged past one, so runs in quick succession retain the WAL of "
-            "several windows while bytes behind stays small"
+            f"slot {self.slot_name!r} is healthy (wal_status {m.get('wal_status')!r}): acknowledged up to "
+            f"{m.get('confirmed_flush_lsn')}, {m.get('lag_bytes')} bytes behind the server (WAL written since; "
+            "right after a window, at least its 96-byte end-of-window message); "
+            f"{m.get('retained_bytes')} bytes of WAL retained from restart_lsn {m.get('restart_lsn')}, {limit}. "
+            "restart_lsn trails the acknowledged position: PostgreSQL moves it only to a running-transactions "
+            "record decoded since the previous acknowledgement (one is logged every 15 s while WAL is written, "
+            "and at checkpoints), so the slot keeps the last window's WAL plus what came since, and more while "
+            "runs follow each other faster than those records"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -58,9 +58,9 @@ def test_unlimited_keep_size_is_stated_not_warned_every_run():
     assert health.healthy and not health.warnings
     assert health.metrics["max_slot_wal_keep_size"] is None
     summary = health.summary()
-    assert "1048576 bytes behind (WAL written since its acknowledged position 0/1D00000)" in summary
-    assert "29360128 bytes of WAL retained from its restart_lsn 0/200000, max_slot_wal_keep_size unlimited" in summary
-    assert "running-transactions record" in summary
+    assert "acknowledged up to 0/1D00000, 1048576 bytes behind the server" in summary
+    assert "29360128 bytes of WAL retained from restart_lsn 0/200000, max_slot_wal_keep_size unlimited" in summary
+    assert "running-transactions record decoded since the previous acknowledgement" in summary
     limited = assess(reading(2 * MB, 29 * MB, 30 * MB), "slot", 100 * MB, HealthThresholds()).summary()
     assert "28% of max_slot_wal_keep_size (104857600)" in limited
 
