@@ -181,10 +181,11 @@ def _setup_preflight(
                 source=store.describe(capture.topic_prefix),
             )
     existing = [r for r in published if r in report.tables or r == signal]
-    problems.add(
-        hook.publication_problems(capture.resolved_publication_name, existing, capture.publication_autocreate_mode),
-        PublicationError,
-    )
+    if existing:  # no table found: that problem is reported already, the publication's would be noise
+        problems.add(
+            hook.publication_problems(capture.resolved_publication_name, existing, capture.publication_autocreate_mode),
+            PublicationError,
+        )
     problems.raise_if_any()
     return report, published
 
