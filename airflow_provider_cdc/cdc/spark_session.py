@@ -9,15 +9,28 @@ Settings that are not tuning but correctness:
 
 ``pyspark`` is imported only here and only when a session is needed: DAG parsing and idle
 windows never start a JVM.
+
+The JVM's standard error does not go to the process's own: Airflow logs a task process's
+standard error at ERROR level, line by line, and the JVM starts with notices such as
+``WARNING: Using incubator modules: jdk.incubator.vector``. A thread reads it instead and logs
+each line to ``airflow_provider_cdc.spark.jvm`` at the level it carries (log4j's WARN is a
+warning, ERROR an error, and the stack trace under a record shares its level), the JVM's own
+start-up notices at DEBUG, and anything else (a Python worker's traceback, an
+``OutOfMemoryError``) at least as a warning.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import sys
+import threading
+from collections import deque
+from collections.abc import Iterable
 from importlib import resources
-from typing import Any
+from typing import IO, Any
 
 from airflow_provider_cdc.cdc.spec import SparkOptions
 
@@ -60,13 +73,16 @@ def get_or_create_session(options: SparkOptions | None = None, *, submitted: boo
     # whatever python3 is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log_config = resources.files("airflow_provider_cdc.cdc.resources").joinpath("log4j2.properties")
-    builder = SparkSession.builder.master(options.master).appName("airflow-provider-cdc")
     conf = {
         **DEFAULT_CONF,
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_config}",
         **options.conf,
         **REQUIRED_CONF,
+        "spark.master": options.master,
+        "spark.app.name": "airflow-provider-cdc",
     }
+    _launch_jvm(conf)
+    builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -80,3 +96,93 @@ def spark_schema(arrow_schema: Any) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
+
+
+# -- the JVM's standard error, logged line by line at the level each line carries ------------------
+
+JVM_LOG = logging.getLogger("airflow_provider_cdc.spark.jvm")
+
+_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+}
+# A log4j record in the pattern of resources/log4j2.properties (or Spark's default one).
+_LOG4J_RECORD = re.compile(r"^(?:\d\d/\d\d/\d\d \d\d:\d\d:\d\d )?(TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \S+: ")
+# The JVM's own start-up notices: incubator modules, illegal reflective access, options picked up
+# from the environment. They are about the JVM this provider starts, never about the capture.
+_JVM_NOTICE = re.compile(r"^(?:WARNING: |NOTE: |Picked up (?:JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS))")
+# Lines that continue the record before them: stack frames, causes, wrapped text.
+_CONTINUATION = re.compile(r"^(?:\s|at |Caused by: |Suppressed: |\.\.\. \d+ more)")
+
+
+def jvm_line_level(line: str, previous: int) -> int:
+    """The logging level of one line of the JVM's standard error (``previous``: the level of the
+    line before, which a stack frame or a wrapped line continues)."""
+    record = _LOG4J_RECORD.match(line)
+    if record:
+        return _LEVELS[record.group(1)]
+    if line.startswith("{"):  # Spark's structured (JSON) logging
+        try:
+            level = json.loads(line).get("level")
+        except (ValueError, AttributeError):
+            level = None
+        if isinstance(level, str) and level.upper() in _LEVELS:
+            return _LEVELS[level.upper()]
+    if _JVM_NOTICE.match(line):
+        return logging.DEBUG
+    if _CONTINUATION.match(line):
+        return previous
+    return max(previous, logging.WARNING)  # e.g. the exception an ERROR record prints, or a worker's traceback
+
+
+class _JvmOutput(threading.Thread):
+    """Reads the JVM's standard error until it closes, logging each line with :data:`JVM_LOG`."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        super().__init__(name="spark-jvm-stderr", daemon=True)
+        self.stream = stream
+        self.recent: deque[str] = deque(maxlen=40)
+
+    def run(self) -> None:
+        log_lines(JVM_LOG, (raw.decode("utf-8", "replace") for raw in self.stream), self.recent)
+        self.stream.close()
+
+
+def log_lines(logger: logging.Logger, lines: Iterable[str], recent: deque[str] | None = None) -> None:
+    level = logging.INFO
+    for text in lines:
+        line = text.rstrip()
+        if not line:
+            continue
+        level = jvm_line_level(line, level)
+        if recent is not None:
+            recent.append(line)
+        logger.log(level, "%s", line)
+
+
+def _launch_jvm(conf: dict[str, str]) -> None:
+    """Start Spark's JVM (as ``getOrCreate`` would, with the same settings on its command line)
+    with its standard error read by a :class:`_JvmOutput` thread. Nothing to do when a JVM is up."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    read_end, write_end = os.pipe()
+    output = _JvmOutput(os.fdopen(read_end, "rb"))
+    output.start()
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_end})
+    except Exception:
+        os.close(write_end)
+        output.join(timeout=10)
+        JVM_LOG.error("Spark's JVM exited before it started; its last output:\n%s", "\n".join(output.recent))
+        raise
+    os.close(write_end)  # the JVM holds the only write end now: the thread ends when it exits
+    SparkContext._ensure_initialized(gateway=gateway)

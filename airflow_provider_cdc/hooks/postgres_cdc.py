@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError, ServerConfigurationError
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    CdcTransientError,
+    ServerConfigurationError,
+    SlotConfigurationError,
+)
 from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
@@ -81,25 +87,43 @@ class PostgresCdcHook(BaseHook):
 
     # -- checks ------------------------------------------------------------------------------
 
-    def preflight(self, tables: Sequence[TableRef], *, slot_name: str | None) -> PreflightReport:
-        """Check server, tables and (if given and present) the slot; raise listing every problem.
+    def preflight(
+        self, tables: Sequence[TableRef], *, slot_name: str | None, problems: Problems | None = None
+    ) -> PreflightReport:
+        """Check server, tables and (if given and present) the slot, changing nothing.
 
-        Server problems (wal_level, privileges, version) are reported first: nothing else can
-        work without them. Then unknown tables, then replica identity and privilege problems.
+        Every problem found goes to ``problems`` (server problems first: nothing works without
+        them; then unknown tables and other relations, replica identity and privileges, the
+        slot). Without ``problems``, raises one error listing them all.
         """
+        found = problems if problems is not None else Problems("the preflight check")
         with self.session() as conn:
             server = admin.server_info(conn)
-            admin.raise_if_problems(
-                admin.check_server(server), ServerConfigurationError, "the server cannot do logical capture"
-            )
-            described = admin.describe_tables(conn, list(tables))
-            admin.raise_if_problems(
+            found.add(admin.check_server(server), ServerConfigurationError, "the server cannot do logical capture")
+            described, catalog_problems = admin.find_tables(conn, list(tables))
+            for error, message in catalog_problems:
+                found.add([message], error)
+            found.add(
                 admin.check_tables(conn, described.values()), CdcConfigurationError, "captured tables are not ready"
             )
             slot = admin.slot_status(conn, slot_name) if slot_name else None
             if slot is not None:
-                admin.verify_slot(slot, server.database)
+                found.add(admin.slot_problems(slot, server.database), SlotConfigurationError)
+        if problems is None:
+            found.raise_if_any()
         return PreflightReport(server, described, slot)
+
+    def publication_problems(self, name: str, tables: Sequence[TableRef], mode: str = "filtered") -> list[str]:
+        """What creating or verifying the publication would refuse, found without changing anything."""
+        with self.session() as conn:
+            return admin.publication_problems(conn, name, list(tables), mode)
+
+    def max_slot_wal_keep_size(self) -> int:
+        """The server's ``max_slot_wal_keep_size`` in bytes (-1: unlimited)."""
+        from airflow_provider_cdc.cdc.sources.postgres.health import KEEP_SIZE_SQL
+
+        with self.session() as conn:
+            return int(conn.execute(KEEP_SIZE_SQL).fetchone()[0])
 
     def server_info(self) -> admin.ServerInfo:
         with self.session() as conn:

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 from airflow_provider_cdc.cdc.errors import StaleOffsetError
 from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
 
-__all__ = ["OffsetStore", "StaleOffsetError", "load_offset", "save_offset"]
+__all__ = ["OffsetStore", "StaleOffsetError", "load_offset", "peek_offset", "save_offset"]
 
 
 @runtime_checkable
@@ -33,6 +33,17 @@ class OffsetStore(Protocol):
 
 def load_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
     text = store.load(capture)
+    if text is None:
+        return None
+    return PostgresOffset.from_json(text, source=store.describe(capture))
+
+
+def peek_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
+    """The stored offset, read without creating anything where the store can (setup's checks run
+    before it creates anything): a store with a ``peek(capture)`` method (the state table) is read
+    with it; others are loaded."""
+    peek = getattr(store, "peek", None)
+    text = peek(capture) if callable(peek) else store.load(capture)
     if text is None:
         return None
     return PostgresOffset.from_json(text, source=store.describe(capture))

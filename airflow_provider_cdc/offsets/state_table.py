@@ -80,6 +80,28 @@ class PostgresStateTableOffsetStore:
                 + ("" if exists else " (or have an administrator create it and GRANT SELECT, INSERT, UPDATE on it)")
             )
 
+    def peek(self, capture: str) -> str | None:
+        """The stored document, read without creating the table (setup's checks): fails like
+        creating it would (a missing schema, a missing grant), and finds nothing while it is absent."""
+        with self.hook.session() as conn:
+            self._check_privileges(conn)
+            schema, table = conn.execute(
+                "SELECT to_regnamespace(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                (quote_ident(self.table.schema), self.table.quoted()),
+            ).fetchone()
+            if not schema:
+                raise CdcConfigurationError(
+                    f"cannot create the offset table {self.table} (offset_table): schema "
+                    f"{quote_ident(self.table.schema)} does not exist. Create its schema, grant CREATE on it, "
+                    "or choose another offset_table"
+                )
+            if not table:
+                return None
+            row = conn.execute(
+                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(self.table.sql()), (capture,)
+            ).fetchone()
+        return None if row is None else row[0]
+
     def load(self, capture: str) -> str | None:
         with self.hook.session() as conn:
             self._ensure_table(conn)

@@ -17,10 +17,17 @@ from typing import Any
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    CdcError,
+    InvalidLsnError,
+    PublicationError,
+    SnapshotRequiredError,
+)
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
+from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.runs import RunDecision, RunInterval, decide, state_target
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
@@ -39,8 +46,8 @@ from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, Pos
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.window import Window, window_id_for
-from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
-from airflow_provider_cdc.offsets.base import load_offset, save_offset
+from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook, PreflightReport
+from airflow_provider_cdc.offsets.base import load_offset, peek_offset, save_offset
 from airflow_provider_cdc.operators.runs import run_interval
 from airflow_provider_cdc.version_compat import (
     AirflowException,
@@ -56,7 +63,11 @@ log = logging.getLogger(__name__)
 @contextmanager
 def fail_fast_on_terminal_errors() -> Iterator[None]:
     """Terminal engine errors fail the task without retries; a PostgreSQL session that died mid-run
-    becomes a (retryable) CdcTransientError that says so; others propagate unchanged."""
+    becomes a (retryable) CdcTransientError that says so; others propagate unchanged.
+
+    The replacement carries the original's message and traceback (where the engine raised it)
+    and is not chained to it, so the task log shows one traceback, not a "direct cause" pair.
+    """
     import psycopg
 
     from airflow_provider_cdc.cdc.errors import CdcTransientError
@@ -65,14 +76,14 @@ def fail_fast_on_terminal_errors() -> Iterator[None]:
         yield
     except CdcError as exc:
         if exc.terminal:
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}").with_traceback(exc.__traceback__) from None
         raise
     except psycopg.OperationalError as exc:  # a session of the run died: server restart, network, kill
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise CdcTransientError(
             f"lost the connection to PostgreSQL during the run ({type(exc).__name__}: {detail}); "
             "nothing past the stored offset was acknowledged, a retry continues from there"
-        ) from exc
+        ).with_traceback(exc.__traceback__) from None
 
 
 class _CaptureOperator(BaseOperator):
@@ -91,9 +102,10 @@ class _CaptureOperator(BaseOperator):
 class PostgresCdcSetupOperator(_CaptureOperator):
     """Preflight checks, then idempotent creation of the publication and the slot.
 
-    Fails with every problem listed (wal_level, REPLICATION privilege, tables that do not exist
-    or cannot emit complete update/delete events, a slot of the wrong plugin or database) before
-    anything is created.
+    Fails with one error listing every problem found, each with its fix (wal_level, the
+    REPLICATION privilege, tables that do not exist or cannot emit complete update/delete
+    events, missing grants, a slot of the wrong plugin or database, the publication, the sink
+    path, column masks, the stored offset), before anything is created.
     """
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -101,35 +113,13 @@ class PostgresCdcSetupOperator(_CaptureOperator):
         hook = self.hook()
         streams = planning.streams(capture.snapshot_mode)
         with fail_fast_on_terminal_errors():
-            check_writable(capture.sink_path)  # before anything is created
-            with hook.session() as conn:
-                tables = capture.resolve_tables(conn)
-            report = hook.preflight(tables, slot_name=capture.resolved_slot_name if streams else None)
-            for described in report.tables.values():  # column filters and masks that cannot apply
-                TableEncoder(described, described.columns, capture.event_settings())
-            published = list(tables)
-            signal = capture.signal_table_ref
-            if signal is not None:
-                with hook.session() as conn:
-                    described_signal = admin.describe_tables(conn, [signal])[signal]
-                    admin.raise_if_problems(
-                        admin.check_signal_table(conn, described_signal, capture.incremental_watermarks),
-                        CdcConfigurationError,
-                        "the signal table cannot be used",
-                    )
-                if signal not in published:
-                    published.append(signal)  # signals are read from the stream, like Debezium
-            store = capture.store()
-            stored = load_offset(store, capture.topic_prefix)  # malformed, or another capture's
-            if stored is not None:
-                stored.check_identity(
-                    capture.identity(report.server.system_identifier, report.server.database),
-                    source=store.describe(capture.topic_prefix),
-                )
+            report, published = _setup_preflight(capture, hook, streams)
+            load_offset(capture.store(), capture.topic_prefix)  # a state-table store creates its table
             publication = hook.ensure_publication(
                 capture.resolved_publication_name, published, capture.publication_autocreate_mode
             )
             slot_created = hook.ensure_slot(capture.resolved_slot_name)[1] if streams else False
+            keep_size = hook.max_slot_wal_keep_size() if slot_created else None
         server, tables = report.server, report.tables
         self.log.info(
             "capture %s ready: publication %r %s, slot %r %s, %d table(s)",
@@ -140,6 +130,13 @@ class PostgresCdcSetupOperator(_CaptureOperator):
             "created" if slot_created else "present" if streams else "not needed",
             len(tables),
         )
+        if keep_size is not None and keep_size < 0:  # said once per capture: when its slot is created
+            self.log.warning(
+                "max_slot_wal_keep_size is -1 (unlimited) on this server: if runs stop, slot %r keeps all WAL "
+                "written since its last window until the disk fills. Set max_retained_bytes on the slot health "
+                "check, or a keep size on the server (see docs/reliability.md#slot-and-wal-health)",
+                capture.resolved_slot_name,
+            )
         return {
             **capture.describe(),
             "publication_action": publication,
@@ -147,6 +144,50 @@ class PostgresCdcSetupOperator(_CaptureOperator):
             "server_version": server.version_num,
             "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in tables.items()},
         }
+
+
+def _setup_preflight(
+    capture: PostgresCapture, hook: PostgresCdcHook, streams: bool
+) -> tuple[PreflightReport, list[TableRef]]:
+    """Setup's checks, run before anything is created: every problem found is raised in one
+    error, each with its fix. Returns the report and the tables to publish."""
+    problems = Problems("setup")
+    with problems.check():
+        check_writable(capture.sink_path)
+    tables: tuple[TableRef, ...] = ()
+    with hook.session() as conn, problems.check():
+        tables = capture.resolve_tables(conn)
+    report = hook.preflight(tables, slot_name=capture.resolved_slot_name if streams else None, problems=problems)
+    for described in report.tables.values():  # column filters and masks that cannot apply
+        with problems.check():
+            TableEncoder(described, described.columns, capture.event_settings())
+    published = list(tables)
+    signal = capture.signal_table_ref
+    if signal is not None:
+        with hook.session() as conn, problems.check():
+            described_signal = admin.describe_tables(conn, [signal])[signal]
+            problems.add(
+                admin.check_signal_table(conn, described_signal, capture.incremental_watermarks),
+                heading="the signal table cannot be used",
+            )
+        if signal not in published:
+            published.append(signal)  # signals are read from the stream, like Debezium
+    store = capture.store()
+    with problems.check():
+        stored = peek_offset(store, capture.topic_prefix)  # malformed, or another capture's
+        if stored is not None:
+            stored.check_identity(
+                capture.identity(report.server.system_identifier, report.server.database),
+                source=store.describe(capture.topic_prefix),
+            )
+    existing = [r for r in published if r in report.tables or r == signal]
+    if existing:  # no table found: that problem is reported already, the publication's would be noise
+        problems.add(
+            hook.publication_problems(capture.resolved_publication_name, existing, capture.publication_autocreate_mode),
+            PublicationError,
+        )
+    problems.raise_if_any()
+    return report, published
 
 
 class _WindowOperator(_CaptureOperator):

@@ -7,9 +7,11 @@ task folds the new window into current-state tables (one row per key, like the s
 health check reports the slot's lag and fails (alerting) well before the server's
 ``max_slot_wal_keep_size`` would invalidate the slot, even when the window itself failed.
 
-Configuration comes from the ``shop_db`` Airflow connection (type postgres) and the
-``CDC_EXAMPLE_SINK_PATH`` / ``CDC_EXAMPLE_STATE_PATH`` environment variables; the demo
-(scripts/demo.sh) sets them.
+Everything it needs is in the settings below: the ``shop_db`` Airflow connection and two
+directories. To run it under your scheduler, copy this file into your DAGs folder and change
+them (README: "Run it under your scheduler"). The demo and the tests point the directories
+elsewhere through the two ``CDC_EXAMPLE_*`` environment variables; nothing else is read from
+the environment.
 """
 
 from __future__ import annotations
@@ -29,11 +31,25 @@ from airflow_provider_cdc.operators.postgres_cdc import (
 )
 from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
 
+# -- Settings ------------------------------------------------------------------------------------
+# An Airflow connection of type postgres; its "schema" field is the database (here: shop).
+POSTGRES_CONN_ID = "shop_db"
+# Captured tables: each needs a primary key or REPLICA IDENTITY FULL.
+TABLES = ["public.customers", "public.orders", "public.order_items"]
+# Names the topics (shop.public.orders, ...), the slot and publication (cdc_shop) and the stored
+# offset (the Airflow Variable cdc_offset__shop).
+TOPIC_PREFIX = "shop"
+# Where the change events land (a directory every worker can write, or a Hadoop URI such as
+# s3a://bucket/cdc), and where the current-state tables are rebuilt. /tmp is for trying it out.
+SINK_PATH = os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/lake")
+STATE_PATH = os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state")
+# --------------------------------------------------------------------------------------------------
+
 capture = PostgresCapture(
-    postgres_conn_id="shop_db",
-    tables=["public.customers", "public.orders", "public.order_items"],
-    topic_prefix="shop",
-    sink_path=os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/lake"),
+    postgres_conn_id=POSTGRES_CONN_ID,
+    tables=TABLES,
+    topic_prefix=TOPIC_PREFIX,
+    sink_path=SINK_PATH,
     snapshot_mode="initial",
 )
 
@@ -52,7 +68,7 @@ with DAG(
     state = PostgresCdcCurrentStateOperator(
         task_id="current_state",
         capture=capture,
-        state_path=os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state"),
+        state_path=STATE_PATH,
     )
     health = PostgresCdcSlotHealthOperator(task_id="slot_health", capture=capture, trigger_rule="all_done")
     setup >> snapshot >> window >> [state, health]

@@ -44,18 +44,25 @@ def example_setup(db, tmp_path, monkeypatch):
     return dag, capture, errors
 
 
-def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkeypatch):
+def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkeypatch, capfd):
     from airflow.models import Variable
 
     db = db15
     dag, capture, errors = example_setup(db, tmp_path, monkeypatch)
     results = []
+    keep_size_warnings = []
     for hour in range(3):
         if hour:
             with db.connect() as conn:
                 shop.mutate(conn, round_no=hour)
+        capfd.readouterr()
         results.append(af.run(dag, hour, errors=errors))
         assert results[-1].state == "success", errors
+        printed = capfd.readouterr()  # dag.test() prints the task logs
+        keep_size_warnings.append([line for line in printed.out.splitlines() if "keep_size is -1" in line])
+    # The test cluster keeps WAL without limit: said once, by the setup that created the slot.
+    assert [len(lines) for lines in keep_size_warnings] == [1, 0, 0], keep_size_warnings
+    assert "warning" in keep_size_warnings[0][0] and "PostgresCdcSetupOperator" in keep_size_warnings[0][0]
     assert [r.tasks["snapshot"] for r in results] == ["success", "skipped", "skipped"]
     windows = [r.xcom["capture_window"] for r in results]
     assert [w["from_lsn"] for w in windows[1:]] == [w["to_lsn"] for w in windows[:-1]]

@@ -606,6 +606,64 @@ def test_setup_refuses_bad_input_before_creating_anything(src, kind):
         assert conn.execute("SELECT to_regclass('public.x') IS NOT NULL").fetchone()[0]
 
 
+def test_setup_reports_every_problem_in_one_error_before_creating_anything(src):
+    """A typo'd table, a keyless table, missing grants, a sink path inside a file and a copied
+    offset: one error lists each of them with its fix, as one traceback, and nothing is written."""
+    import traceback
+
+    capture = src.capture(
+        "many_problems",
+        conn="noselect",  # REPLICATION, but no SELECT on orders or keyless, owns nothing
+        tables=["public.custmers", "public.orders", "public.keyless"],
+        sink_path=str(src.sinks / "blocker.txt" / "lake"),
+    )
+    _blocker_file(src, capture)
+    forget_offset = _foreign_offset()(src, capture)
+    try:
+        before = written(src.db, capture)
+        assert capture.resolved_slot_name not in {s[0] for s in before.slots}
+        assert capture.resolved_publication_name not in {p[0] for p in before.publications}
+        errors: dict = {}
+        result = af.run(capture_dag("bad_many_problems", capture, errors), 0, errors=errors)
+        assert result.tasks == {"setup": "failed", "snapshot": "upstream_failed", "window": "upstream_failed"}
+        assert written(src.db, capture) == before
+    finally:
+        forget_offset()
+    message = result.error("setup")
+    problems = {
+        "sink path": ("blocker.txt/lake' cannot be created", "Choose another sink_path"),
+        "typo": ('"public"."custmers" (did you mean "public"."customers"', "quote mixed-case names"),
+        "keyless": (
+            '"public"."keyless" has no primary key and REPLICA IDENTITY DEFAULT',
+            'ALTER TABLE "public"."keyless" REPLICA IDENTITY FULL',
+        ),
+        "grant on orders": (
+            'cannot SELECT from "public"."orders": GRANT SELECT ON "public"."orders" TO "bi_noselect"',
+        ),
+        "grant on keyless": ('cannot SELECT from "public"."keyless": GRANT SELECT ON "public"."keyless" TO',),
+        "publication": (
+            "role 'bi_noselect' may not create publication 'bi_many_problems'",
+            'GRANT CREATE ON DATABASE "t_bad_input" TO "bi_noselect"',
+            'ALTER TABLE "public"."orders" OWNER TO "bi_noselect"',
+        ),
+        "offset": (
+            "Airflow Variable 'bi_offset__many_problems': the stored offset belongs to another capture",
+            "Delete the stored offset to start over",
+        ),
+    }
+    assert message.startswith(
+        f"AirflowFailException: CdcConfigurationError: setup found {len(problems)} problems and created or changed "
+        "nothing; fix each of them, then run it again:\n"
+    ), message
+    for phrases in problems.values():
+        assert_says(message, *phrases)
+    numbered = [line for line in message.splitlines() if line.lstrip().split(".")[0].isdigit()]
+    assert len(numbered) == len(problems), message
+    shown = "".join(traceback.format_exception(result.errors["setup"]))  # as the task log prints it
+    assert shown.count("Traceback (most recent call last)") == 1, shown
+    assert "direct cause" not in shown and "During handling" not in shown, shown
+
+
 def test_server_with_wal_level_replica_is_refused(airflow_db, monkeypatch, tmp_path):
     cluster = PostgresCluster(available_flavours()["pg15"], scratch_dir("cdc-test-replica-"))
     cluster.start(settings={"wal_level": "replica"})

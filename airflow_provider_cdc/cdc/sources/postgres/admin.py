@@ -145,6 +145,20 @@ def describe_tables(conn, refs: Sequence[TableRef], *, kinds: str = "rp") -> dic
     ``kinds``: the accepted ``pg_class.relkind`` values (query extraction also reads views)."""
     if not refs:
         raise CdcConfigurationError("no tables to capture")
+    described, problems = find_tables(conn, refs, kinds=kinds)
+    if problems:
+        error, message = problems[0]
+        raise error(message)
+    return described
+
+
+def find_tables(
+    conn, refs: Sequence[TableRef], *, kinds: str = "rp"
+) -> tuple[dict[TableRef, TableInfo], list[tuple[type[CdcConfigurationError], str]]]:
+    """The catalog description of each of ``refs`` that exists and is of an accepted kind, and a
+    problem (error class, message) for the missing ones and one for relations of another kind."""
+    if not refs:
+        return {}, []
     rows = conn.execute(
         """
         SELECT c.oid, n.nspname, c.relname, c.relkind, c.relreplident
@@ -155,17 +169,26 @@ def describe_tables(conn, refs: Sequence[TableRef], *, kinds: str = "rp") -> dic
         ([r.schema for r in refs], [r.name for r in refs]),
     ).fetchall()
     found = {TableRef(nsp, rel): (oid, kind, ident) for oid, nsp, rel, kind, ident in rows}
+    problems: list[tuple[type[CdcConfigurationError], str]] = []
     missing = [r for r in refs if r not in found]
     if missing:
-        raise UnknownTableError(_missing_tables_message(conn, missing))
-    not_tables = [f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if found[r][1] not in kinds]
+        problems.append((UnknownTableError, _missing_tables_message(conn, missing)))
+    not_tables = [
+        f"{r} (a {_RELKINDS.get(found[r][1], 'relation')})" for r in refs if r in found and found[r][1] not in kinds
+    ]
     if not_tables and kinds != "rp":
-        raise CdcConfigurationError(f"these relations cannot be read: {', '.join(not_tables)}")
-    if not_tables:
-        raise CdcConfigurationError(
-            f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}. "
-            "Capture the underlying tables instead"
+        problems.append((CdcConfigurationError, f"these relations cannot be read: {', '.join(not_tables)}"))
+    elif not_tables:
+        problems.append(
+            (
+                CdcConfigurationError,
+                f"only ordinary and partitioned tables can be captured; these are not: {', '.join(not_tables)}. "
+                "Capture the underlying tables instead",
+            )
         )
+    refs = [r for r in refs if r in found and found[r][1] in kinds]
+    if not refs:
+        return {}, problems
     oids = [found[r][0] for r in refs]
     attributes = conn.execute(
         """
@@ -206,7 +229,7 @@ def describe_tables(conn, refs: Sequence[TableRef], *, kinds: str = "rp") -> dic
             replica_identity=ident,
             has_primary_key="primary" in keys[oid],
         )
-    return out
+    return out, problems
 
 
 def resolve_tables(
@@ -303,12 +326,6 @@ def check_signal_table(conn, table: TableInfo, watermarks: str) -> list[str]:
     return problems
 
 
-def raise_if_problems(problems: list[str], error: type[CdcConfigurationError], heading: str) -> None:
-    if problems:
-        bullet = "\n  - "
-        raise error(f"{heading}:{bullet}{bullet.join(problems)}")
-
-
 def current_lsn(conn) -> Lsn:
     """The current WAL insert position: always a record boundary, so no record straddles it."""
     return Lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
@@ -397,17 +414,26 @@ def wait_for_slot_release(conn, slot: str, *, timeout: float = 30.0, poll: float
 
 
 def verify_slot(status: SlotStatus, database: str) -> None:
+    problems = slot_problems(status, database)
+    if problems:
+        raise SlotConfigurationError(problems[0])
+
+
+def slot_problems(status: SlotStatus, database: str) -> list[str]:
+    """Why an existing slot cannot serve this capture (wrong plugin or type, another database)."""
+    problems = []
     if status.slot_type != "logical" or status.plugin != PLUGIN:
-        raise SlotConfigurationError(
+        problems.append(
             f"replication slot {status.slot_name!r} uses plugin {status.plugin!r} "
             f"({status.slot_type}); this capture needs a logical slot with {PLUGIN!r}. Use another "
             "slot name, or drop the slot if nothing else uses it."
         )
     if status.database != database:
-        raise SlotConfigurationError(
+        problems.append(
             f"replication slot {status.slot_name!r} belongs to database {status.database!r}, "
             f"not {database!r}; slots are per database: choose another slot name"
         )
+    return problems
 
 
 def ensure_slot(conn, slot: str, database: str) -> tuple[SlotStatus, bool]:
@@ -508,11 +534,7 @@ def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "f
     existing = publication_tables(conn, name)
     if existing is None:
         if mode == "disabled":
-            raise PublicationError(
-                f"publication {name!r} does not exist and publication_autocreate_mode is 'disabled'. "
-                f"Create it: CREATE PUBLICATION {sql_ident(name)} FOR TABLE "
-                f"{', '.join(str(r) for r in refs)}"
-            )
+            raise PublicationError(_absent_publication(name, refs))
         _require_publication_privileges(conn, name, refs, mode, create=True)
         if mode == "all_tables":
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
@@ -544,21 +566,66 @@ def verify_publication(conn, name: str, refs: Sequence[TableRef]) -> None:
     all_tables, tables, flags = existing
     missing = [r for r in refs if not all_tables and r not in tables]
     if missing:
-        raise PublicationError(
-            f"publication {name!r} does not contain {', '.join(str(r) for r in missing)}; changes to "
-            f"them would be silently missed. Run: ALTER PUBLICATION {sql_ident(name)} ADD TABLE "
-            f"{', '.join(str(r) for r in missing)}"
-        )
+        raise PublicationError(_tables_not_published(name, missing))
     off = [op for op in ("insert", "update", "delete") if not flags[op]]
     if off:
-        raise PublicationError(
-            f"publication {name!r} does not publish {', '.join(off)}; those changes would be missed. "
-            f"Run: ALTER PUBLICATION {sql_ident(name)} SET (publish = 'insert, update, delete, truncate')"
-        )
+        raise PublicationError(_operations_not_published(name, off))
+
+
+def publication_problems(conn, name: str, refs: Sequence[TableRef], mode: str = "filtered") -> list[str]:
+    """What :func:`ensure_publication` would refuse, found without changing anything: a missing
+    publication it may not create, tables it may not (or must not) add, operations not published."""
+    existing = publication_tables(conn, name)
+    if existing is None:
+        if mode == "disabled":
+            return [_absent_publication(name, refs)]
+        problem = _publication_privilege_problem(conn, name, refs, mode, create=True)
+        return [problem] if problem else []
+    all_tables, tables, flags = existing
+    problems = []
+    missing = [r for r in refs if not all_tables and r not in tables]
+    if missing and mode == "filtered":
+        problem = _publication_privilege_problem(conn, name, missing, mode, create=False)
+        problems += [problem] if problem else []
+    elif missing:
+        problems.append(_tables_not_published(name, missing))
+    off = [op for op in ("insert", "update", "delete") if not flags[op]]
+    if off:
+        problems.append(_operations_not_published(name, off))
+    return problems
+
+
+def _absent_publication(name: str, refs: Sequence[TableRef]) -> str:
+    return (
+        f"publication {name!r} does not exist and publication_autocreate_mode is 'disabled'. "
+        f"Create it: CREATE PUBLICATION {sql_ident(name)} FOR TABLE {', '.join(str(r) for r in refs)}"
+    )
+
+
+def _tables_not_published(name: str, missing: Sequence[TableRef]) -> str:
+    tables = ", ".join(str(r) for r in missing)
+    return (
+        f"publication {name!r} does not contain {tables}; changes to them would be silently missed. "
+        f"Run: ALTER PUBLICATION {sql_ident(name)} ADD TABLE {tables}"
+    )
+
+
+def _operations_not_published(name: str, off: Sequence[str]) -> str:
+    return (
+        f"publication {name!r} does not publish {', '.join(off)}; those changes would be missed. "
+        f"Run: ALTER PUBLICATION {sql_ident(name)} SET (publish = 'insert, update, delete, truncate')"
+    )
 
 
 def _require_publication_privileges(conn, name: str, refs: Sequence[TableRef], mode: str, *, create: bool) -> None:
     """Fail naming the statements to run when the role may not create (or add tables to) the publication."""
+    problem = _publication_privilege_problem(conn, name, refs, mode, create=create)
+    if problem:
+        raise PublicationError(problem)
+
+
+def _publication_privilege_problem(conn, name: str, refs: Sequence[TableRef], mode: str, *, create: bool) -> str | None:
+    """The statements to run when the role may not create (or add tables to) the publication."""
     user, database, superuser, can_create, owns_publication = conn.execute(
         "SELECT current_user, current_database(), r.rolsuper, has_database_privilege(current_database(), 'CREATE'), "
         "(SELECT pg_has_role(p.pubowner, 'USAGE') FROM pg_publication p WHERE p.pubname = %s) "
@@ -566,7 +633,7 @@ def _require_publication_privileges(conn, name: str, refs: Sequence[TableRef], m
         (name,),
     ).fetchone()
     if superuser:
-        return
+        return None
     role, tables = sql_ident(user), ", ".join(str(r) for r in refs)
     if create and mode == "all_tables":
         needs, fixes = "FOR ALL TABLES needs a superuser", []
@@ -587,8 +654,8 @@ def _require_publication_privileges(conn, name: str, refs: Sequence[TableRef], m
             fixes[:0] = [] if owns_publication else [f"ALTER PUBLICATION {sql_ident(name)} OWNER TO {role}"]
             statement = f"ALTER PUBLICATION {sql_ident(name)} ADD TABLE {tables}"
         if not fixes:
-            return
-    raise PublicationError(
+            return None
+    return (
         f"role {user!r} may not {'create' if create else 'alter'} publication {name!r} ({needs}). "
         + (f"Run: {'; '.join(fixes)}. Or have" if fixes else "Have")
         + f" an administrator run: {statement}; and set publication_autocreate_mode='disabled'"

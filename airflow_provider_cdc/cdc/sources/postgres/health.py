@@ -64,9 +64,21 @@ class SlotHealth:
         if self.problems:
             return f"slot {self.slot_name!r} is unhealthy: " + " ".join(self.problems)
         m = self.metrics
+        keep = m.get("max_slot_wal_keep_size")
+        limit = (
+            "max_slot_wal_keep_size unlimited"
+            if keep is None
+            else f"{m.get('retained_fraction') or 0:.0%} of max_slot_wal_keep_size ({keep})"
+        )
         return (
-            f"slot {self.slot_name!r} is healthy: {m.get('retained_bytes')} bytes retained, "
-            f"{m.get('lag_bytes')} bytes behind, wal_status {m.get('wal_status')!r}"
+            f"slot {self.slot_name!r} is healthy (wal_status {m.get('wal_status')!r}): acknowledged up to "
+            f"{m.get('confirmed_flush_lsn')}, {m.get('lag_bytes')} bytes behind the server (WAL written since; "
+            "right after a window, at least its 96-byte end-of-window message); "
+            f"{m.get('retained_bytes')} bytes of WAL retained from restart_lsn {m.get('restart_lsn')}, {limit}. "
+            "restart_lsn trails the acknowledged position: PostgreSQL moves it only to a running-transactions "
+            "record decoded since the previous acknowledgement (one is logged every 15 s while WAL is written, "
+            "and at checkpoints), so the slot keeps the last window's WAL plus what came since, and more while "
+            "runs follow each other faster than those records"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +118,7 @@ def assess(status: SlotStatus | None, slot_name: str, keep_size_bytes: int, thre
         "current_lsn": str(status.current_lsn),
     }
     problems: list[str] = []
-    warnings: list[str] = []
+    warnings: list[str] = []  # none today; kept in the report for callers that read it
     if status.wal_status == "lost":
         problems.append(
             "Its WAL was removed (wal_status 'lost'): changes since the last window are gone. "
@@ -127,11 +139,6 @@ def assess(status: SlotStatus | None, slot_name: str, keep_size_bytes: int, thre
         problems.append(f"It retains {retained} bytes of WAL (limit {thresholds.max_retained_bytes}).")
     if thresholds.max_lag_bytes is not None and lag is not None and lag >= thresholds.max_lag_bytes:
         problems.append(f"It is {lag} bytes behind the server (limit {thresholds.max_lag_bytes}).")
-    if unlimited and thresholds.max_retained_bytes is None:
-        warnings.append(
-            "max_slot_wal_keep_size is -1 (unlimited): a stalled capture can fill the server's disk; "
-            "set max_retained_bytes on this check, or a keep size on the server."
-        )
     if status.plugin != "pgoutput" or status.slot_type != "logical":
         problems.append(f"It is not a logical pgoutput slot (plugin {status.plugin!r}).")
     return SlotHealth(slot_name, tuple(problems), tuple(warnings), metrics)

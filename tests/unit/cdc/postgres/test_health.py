@@ -51,10 +51,18 @@ def test_unhealthy_verdicts_say_what_to_do(status, keep, thresholds, expected):
     assert health.to_dict()["healthy"] is False
 
 
-def test_unlimited_keep_size_warns_without_a_byte_limit():
-    health = assess(reading(0, 0, 30 * MB), "slot", -1, HealthThresholds())
-    assert health.healthy and "unlimited" in health.warnings[0]
+def test_unlimited_keep_size_is_stated_not_warned_every_run():
+    """Setup warns about an unlimited keep size once, when it creates the slot; the per-run check
+    states it among the facts (and explains why restart_lsn trails the acknowledged position)."""
+    health = assess(reading(2 * MB, 29 * MB, 30 * MB), "slot", -1, HealthThresholds())
+    assert health.healthy and not health.warnings
     assert health.metrics["max_slot_wal_keep_size"] is None
+    summary = health.summary()
+    assert "acknowledged up to 0/1D00000, 1048576 bytes behind the server" in summary
+    assert "29360128 bytes of WAL retained from restart_lsn 0/200000, max_slot_wal_keep_size unlimited" in summary
+    assert "running-transactions record decoded since the previous acknowledgement" in summary
+    limited = assess(reading(2 * MB, 29 * MB, 30 * MB), "slot", 100 * MB, HealthThresholds()).summary()
+    assert "28% of max_slot_wal_keep_size (104857600)" in limited
 
 
 @pytest.mark.parametrize("bad", [{"max_retained_fraction": 0}, {"max_retained_fraction": 1.5}, {"max_lag_bytes": 0}])
