@@ -648,7 +648,7 @@ def test_setup_reports_every_problem_in_one_error_before_creating_anything(src):
         ),
         "offset": (
             "Airflow Variable 'bi_offset__many_problems': the stored offset belongs to another capture",
-            "Delete the stored offset to start over",
+            "Delete the stored offset: the next run restores this capture's own from its sink's commit log",
         ),
     }
     assert message.startswith(
