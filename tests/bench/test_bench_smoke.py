@@ -53,6 +53,8 @@ def test_snapshot_benchmark():
     pytest.importorskip("pyspark")
     out = run("snapshot.py", "--rows", "5000", "--repeat", "1", "--warmup", "1")
     ratio(out, "ratio snapshot/COPY")
+    ratio(out, "ratio snapshot/connectorx")  # connectorx comes with bootstrap's bench extra: never skipped
+    ratio(out, "ratio connectorx/COPY")
     ratio(out, "ratio snapshot/naive JDBC")
     assert re.search(r"SparkSession start \(local\[2\], with the JDBC jar\): [\d.]+s", out), out
 

@@ -3,8 +3,9 @@
 A :class:`TableEncoder` describes how one table version (a Relation message, or the catalog for
 snapshots) becomes event columns: which columns are kept, each column's :class:`Codec`, masks.
 Snapshot partitions build whole batches at once (:func:`snapshot_batch`); the stream buffers
-rows per table version in a :class:`StreamEventBuffer`. Both convert text values through the
-same encoder, which is what makes snapshot rows and stream rows identical.
+rows per table version in a :class:`StreamEventBuffer`. Both convert values through the same
+encoder and its codecs (text forms, and for the snapshot's binary columns the send forms to the
+same values), which is what makes snapshot rows and stream rows identical.
 """
 
 from __future__ import annotations
@@ -30,9 +31,17 @@ from airflow_provider_cdc.cdc.envelope import (
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres import columnar
+from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn
 from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
-from airflow_provider_cdc.cdc.sources.postgres.types import Codec, ValueModes, cast_text, codec_for, text_codec
+from airflow_provider_cdc.cdc.sources.postgres.types import (
+    Codec,
+    ValueModes,
+    cast_binary,
+    cast_text,
+    codec_for,
+    text_codec,
+)
 
 CONNECTOR = "postgresql"
 
@@ -149,14 +158,23 @@ class TableEncoder:
 
     def typed(self, text_columns: Sequence[pa.Array]) -> list[pa.Array]:
         """Convert kept columns' text (one string array per kept column) to their types."""
-        name = self.table.ref.data_collection
-        out = []
-        for text, column, codec, mask in zip(text_columns, self.columns, self.codecs, self.masks):
-            typed = cast_text(text, codec, column=column.name, table=name)
-            if mask is not None:
-                typed = mask.apply(typed, _char_length(column))
-            out.append(typed)
-        return out
+        return [self.typed_text(k, text) for k, text in enumerate(text_columns)]
+
+    def typed_text(self, k: int, text: pa.Array) -> pa.Array:
+        """Kept column ``k`` from its text form (a string array)."""
+        column = self.columns[k]
+        typed = cast_text(text, self.codecs[k], column=column.name, table=self.table.ref.data_collection)
+        return self._masked(k, typed)
+
+    def typed_binary(self, k: int, values: BinaryColumn) -> pa.Array:
+        """Kept column ``k`` from its binary send form (``codecs[k].binary`` must exist)."""
+        column = self.columns[k]
+        typed = cast_binary(values, self.codecs[k], column=column.name, table=self.table.ref.data_collection)
+        return self._masked(k, typed)
+
+    def _masked(self, k: int, typed: pa.Array) -> pa.Array:
+        mask = self.masks[k]
+        return typed if mask is None else mask.apply(typed, _char_length(self.columns[k]))
 
 
 def _char_length(column: Column) -> int | None:
@@ -167,19 +185,19 @@ def _char_length(column: Column) -> int | None:
 
 def snapshot_batch(
     encoder: TableEncoder,
-    text_columns: Sequence[pa.Array],
+    values: Sequence[pa.Array],
     *,
     context: EventContext,
     snapshot_lsn: int,
     snapshot_xmin: int | None,
     snapshot_ts_ms: int,
 ) -> pa.RecordBatch:
-    """``op = r`` events for rows read by a snapshot partition (text of the kept columns).
+    """``op = r`` events for rows read by a snapshot partition (typed values of the kept columns).
 
     The snapshot's reading transactions are read-only and have no transaction id, so ``txId``
     is null; ``xmin`` carries the snapshot's xmin (transactions from there on are not in it).
     """
-    after = encoder.layout.value_struct(encoder.typed(text_columns), None)
+    after = encoder.layout.value_struct(values, None)
     ref = encoder.table.ref
     source = read_source(context, ref.schema, ref.name, "true", snapshot_ts_ms, snapshot_lsn, snapshot_xmin)
     return read_events(encoder.layout, after, source, context)
