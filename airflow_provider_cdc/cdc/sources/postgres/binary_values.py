@@ -12,8 +12,6 @@ form of the same value, which is what keeps snapshot rows identical to stream ro
 - dates and timestamps are day and microsecond counts since 2000-01-01 in PostgreSQL, on the
   proleptic Gregorian calendar that :mod:`.values` computes from text (BC and years past 9999
   included); ``±infinity`` are the extreme counts, mapped to the same limits as the text path;
-- ``numeric(p, s)`` (p ≤ 18) is read from its base-10000 digits into the same unscaled integer;
-  ``NaN`` and ``±Infinity`` fail the same way;
 - ``uuid`` is formatted as PostgreSQL prints it (lower-case hex, 8-4-4-4-12);
 - ``bytea`` in the ``bytes`` mode is the raw bytes that the hex text form spells.
 
@@ -42,11 +40,6 @@ PG_EPOCH_DAYS = 10957
 PG_EPOCH_MICROS = PG_EPOCH_DAYS * pgv.US_PER_DAY
 DATE_INFINITY, DATE_NEG_INFINITY = 2**31 - 1, -(2**31)
 TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY = 2**63 - 1, -(2**63)
-
-_NUMERIC_NEG, _NUMERIC_NAN, _NUMERIC_PINF, _NUMERIC_NINF = 0x4000, 0xC000, 0xD000, 0xF000
-_NUMERIC_SPECIALS = {_NUMERIC_NAN: "NaN", _NUMERIC_PINF: "Infinity", _NUMERIC_NINF: "-Infinity"}
-#: Most decimal digits of a ``numeric(p, s)`` read in binary (see :func:`numeric_fits`).
-MAX_BINARY_NUMERIC_DIGITS = 18
 
 
 class BinaryValueError(ValueError):
@@ -200,72 +193,6 @@ _LAST_MICROS = 2**63 - 1 - PG_EPOCH_MICROS
 def time_micros(column: BinaryColumn) -> pa.Array:
     """``time``: microseconds since midnight (int64)."""
     return _masked(column.big_endian(">i8"), column, pa.int64())
-
-
-def numeric_fits(precision: int, scale: int) -> bool:
-    """Whether :func:`decimal` reads ``numeric(precision, scale)``: its digits, counted from the
-    last base-10000 place of the scale, fit an int64."""
-    return 0 <= scale <= precision and precision + _pad(scale) <= MAX_BINARY_NUMERIC_DIGITS
-
-
-def _pad(scale: int) -> int:
-    """Decimal places between ``scale`` and the next whole base-10000 place below it."""
-    return -scale % 4
-
-
-def decimal(precision: int, scale: int) -> BinaryDecoder:
-    """``numeric(precision, scale)`` → ``decimal128(precision, scale)`` (see :func:`numeric_fits`).
-
-    The send form is ``ndigits, weight, sign, dscale`` (int16 each) and ``ndigits`` base-10000
-    digits; the value is ``Σ digit[i] · 10000^(weight - i)``. A value of a ``numeric(p, s)``
-    column has at most ``s`` decimals, so counting in units of the base-10000 place at or below
-    ``10^-s`` (``10^-(s + pad)``) every digit is a whole multiple, the sum is exact in int64,
-    and dividing by ``10^pad`` (exact: those decimals are zeros) gives the unscaled value."""
-    assert numeric_fits(precision, scale)
-    arrow_type = pa.decimal128(precision, scale)
-    lowest = (scale + _pad(scale)) // 4  # the base-10000 places below the units that hold decimals
-    pad = 10 ** _pad(scale)
-
-    def decode(column: BinaryColumn) -> pa.Array:
-        n, valid, starts, buffer = len(column), column.valid, column.starts, column.buffer
-        _check_rows(valid & (column.lengths < 8), "a binary numeric shorter than its header")
-        ndigits = np.where(valid, read_at(buffer, starts, _INT16), 0)
-        weight = read_at(buffer, starts + 2, _INT16).astype(np.int64)
-        sign = read_at(buffer, starts + 4, _UINT16)
-        special = valid & (sign >= _NUMERIC_NAN)  # NaN 0xC000, Infinity 0xD000, -Infinity 0xF000
-        if special.any():
-            text = _NUMERIC_SPECIALS.get(int(sign[np.flatnonzero(special)[0]]), "NaN")
-            raise BinaryValueError(text, f"{text} has no decimal({precision},{scale}) representation")
-        _check_rows(valid & (sign != 0) & (sign != _NUMERIC_NEG), "a binary numeric with an unknown sign")
-        _check_rows(valid & (column.lengths != 8 + 2 * ndigits.astype(np.int64)), "a malformed binary numeric")
-        # digit i sits at 10000^(weight - i); in units of 10000^-lowest that is 10000^(place - i)
-        place = weight + lowest
-        _check_rows(
-            valid & (ndigits > 0) & ((place >= len(_POW10000)) | (place - ndigits + 1 < 0)),
-            "a binary numeric outside its column's precision and scale",
-        )
-        units = np.zeros(n, np.int64)
-        for i in range(int(ndigits.max()) if n else 0):
-            digit = read_at(buffer, starts + 8 + 2 * i, _INT16).astype(np.int64)
-            units += digit * _POW10000[np.clip(place - i, 0, len(_POW10000) - 1)] * (i < ndigits)
-        unscaled = (units // pad) if pad > 1 else units
-        unscaled = np.where(sign == _NUMERIC_NEG, -unscaled, unscaled)
-        words = np.empty((n, 2), np.int64)  # decimal128: little-endian low word, then high
-        words[:, 0] = unscaled
-        words[:, 1] = unscaled >> 63
-        bitmap = None if column.mask is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-        return pa.Array.from_buffers(arrow_type, n, [bitmap, pa.py_buffer(words)])
-
-    return decode
-
-
-_INT16, _UINT16 = np.dtype(">i2"), np.dtype(">u2")
-_POW10000 = np.array([10000**k for k in range(5)], np.int64)  # up to 10^16: 18 digits in all
-
-
-def _check_rows(bad: np.ndarray, problem: str) -> None:
-    if bad.any():
-        raise DecodingError(f"{problem} (row {int(np.flatnonzero(bad)[0])} of the chunk)")
 
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)

@@ -33,7 +33,7 @@ _PADDING = b"\0" * 8
 
 #: A chunk ends after this many bytes, counting each row's Python objects as well (bounds
 #: both the Arrow batch and the memory held while the chunk is read).
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
 _ROW_OVERHEAD = 64
 _INT16, _INT32 = np.dtype(">i2"), np.dtype(">i4")
 
@@ -94,10 +94,12 @@ def _check(ok: np.ndarray, row_starts: np.ndarray, problem: str) -> None:
         raise CopyFormatError(f"binary COPY row {first} of the chunk (at byte {int(row_starts[first])}) {problem}")
 
 
-def read_copy_chunks(conn: Any, statement: Any, width: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[CopyChunk]:
+def read_copy_chunks(conn: Any, statement: Any, width: int, chunk_bytes: int | None = None) -> Iterator[CopyChunk]:
     """Run a binary ``COPY ... TO STDOUT`` of ``width`` columns on a psycopg connection and
-    yield its rows in chunks of about ``chunk_bytes``."""
+    yield its rows in chunks of about ``chunk_bytes`` (default :data:`CHUNK_BYTES`)."""
     from psycopg import errors
+
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
 
     with conn.cursor() as cursor, cursor.copy(statement):
         pgconn = conn.pgconn

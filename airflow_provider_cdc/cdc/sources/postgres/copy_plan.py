@@ -1,8 +1,8 @@
 """The snapshot's ``COPY (SELECT ...) TO STDOUT (FORMAT binary)``: one route per column.
 
 - **binary**: the column's codec converts the binary send form (``Codec.binary``: integers,
-  floats, booleans, dates, timestamps, times, uuid, bytea, small numerics; see
-  :mod:`.binary_values`), so the column is selected as it is;
+  floats, booleans, dates, timestamps, times, uuid, bytea; see :mod:`.binary_values`), so the
+  column is selected as it is;
 - **text**: every other column is selected as its text output, the same text pgoutput sends
   and the codec converts on the stream. ``text``, ``varchar``, ``char(n)`` and ``name`` are
   selected as they are (their send form is their text output, padding included); any other type
