@@ -31,10 +31,10 @@ _HEADER = len(SIGNATURE) + 8  # signature, int32 flags, int32 header extension l
 #: Zero bytes after the last row, so fixed-width reads at any value start stay in the buffer.
 _PADDING = b"\0" * 8
 
-#: A chunk ends after this many bytes, counting each row's Python objects as well (bounds
-#: both the Arrow batch and the memory held while the chunk is read).
+#: A chunk ends after this many bytes of rows. Small enough that the server, writing into the
+#: socket's buffers, stays busy while the client decodes a chunk; large enough that numpy's
+#: per-call costs vanish (measured: docs/benchmarks.md).
 CHUNK_BYTES = 4 * 1024 * 1024
-_ROW_OVERHEAD = 64
 _INT16, _INT32 = np.dtype(">i2"), np.dtype(">i4")
 
 
@@ -136,7 +136,7 @@ def read_copy_chunks(conn: Any, statement: Any, width: int, chunk_bytes: int | N
                     break
                 extend(data)
                 append(nbytes)
-                size += nbytes + _ROW_OVERHEAD
+                size += nbytes
                 if size >= chunk_bytes:
                     break
                 nbytes, data = get(0)

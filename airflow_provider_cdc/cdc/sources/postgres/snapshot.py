@@ -32,7 +32,7 @@ import pyarrow.csv as pacsv
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.copy_binary import read_copy_chunks
 from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder, snapshot_batch
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
 
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -128,15 +128,11 @@ def read_partition(
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
         import_snapshot(conn, point.snapshot_name)
         plan = CopyPlan.of(conn, encoder)
+        events = SnapshotBatches(
+            encoder, context=context, snapshot_lsn=point.lsn, snapshot_xmin=point.xmin, snapshot_ts_ms=point.ts_ms
+        )
         for chunk in read_copy_chunks(conn, plan.statement(encoder, block_range), len(encoder.columns)):
-            yield snapshot_batch(
-                encoder,
-                plan.values(chunk, encoder),
-                context=context,
-                snapshot_lsn=point.lsn,
-                snapshot_xmin=point.xmin,
-                snapshot_ts_ms=point.ts_ms,
-            )
+            yield events.batch(plan.values(chunk, encoder))
     # Leaving the connection block closes the session, ending its read-only transaction.
 
 
