@@ -4,11 +4,16 @@
   floats, booleans, dates, timestamps, times, uuid, bytea; see :mod:`.binary_values`), so the
   column is selected as it is;
 - **text**: every other column is selected as its text output, the same text pgoutput sends
-  and the codec converts on the stream. ``text``, ``varchar``, ``char(n)`` and ``name`` are
-  selected as they are (their send form is their text output, padding included); any other type
-  through its own output function, ``textin(<typoutput>(col))``, which is exactly what an I/O
-  conversion does. ``col::text`` would not do: some types have casts to text that differ from
-  their output (``boolean`` → ``true``, ``inet`` → with its netmask, ``char(n)`` → trimmed).
+  and the codec converts on the stream:
+
+  - ``text``, ``varchar``, ``char(n)`` and ``name`` as they are: their send form is their text
+    output (padding included);
+  - other types as ``col::text``, which is an I/O conversion (the type's output function) for
+    every type without a cast of its own to text;
+  - types with such a cast (``boolean`` → ``true``, ``inet`` → with its netmask, ``xml``,
+    extension types like ``ltree``) through ``format('%s', col)``, which calls the output
+    function too (NULL kept NULL). Like COPY itself, neither calls a function by name, so no
+    privilege beyond ``SELECT`` on the table is needed.
 
 Spending the server's time on text output only where the capture needs text is most of what the
 binary COPY saves (docs/benchmarks.md).
@@ -31,42 +36,56 @@ if TYPE_CHECKING:
 #: Types whose binary send form is their text output (``textsend`` and friends).
 SENT_AS_TEXT = frozenset({TEXT, VARCHAR, BPCHAR, NAME})
 
-_OUTPUT_FUNCTIONS = """
-SELECT t.oid::int8, n.nspname::text, p.proname::text
-FROM pg_type t JOIN pg_proc p ON p.oid = t.typoutput JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE t.oid = ANY(%s::oid[])
+#: Types with a cast to text other than an I/O conversion (a domain casts as its base type).
+_CASTS_TO_TEXT = """
+SELECT castsource::int8 FROM pg_cast
+WHERE casttarget = 'pg_catalog.text'::regtype AND castmethod <> 'i' AND castsource = ANY(%s::oid[])
 """
+
+
+class Route:
+    BINARY = "binary"  # the send form, decoded by the codec
+    SENT = "sent"  # selected as it is: the send form is the text output
+    CAST = "cast"  # col::text, an I/O conversion
+    FORMAT = "format"  # format('%s', col): the output function where a cast would differ
 
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """How each kept column of ``encoder`` is selected: ``binary[k]`` says whether column ``k``
-    is read in its send form; ``output[k]`` is the (schema, name) of the output function that
-    makes its text, or None when the column is selected as it is."""
+    """How each kept column of a :class:`TableEncoder` is selected (one :class:`Route` each)."""
 
-    binary: tuple[bool, ...]
-    output: tuple[tuple[str, str] | None, ...]
+    routes: tuple[str, ...]
 
     @classmethod
     def of(cls, conn: Any, encoder: TableEncoder) -> CopyPlan:
-        binary = tuple(codec.binary is not None for codec in encoder.codecs)
-        # the declared type's output function (a domain's is its base type's)
-        needs_output = [not b and c.type.resolved().oid not in SENT_AS_TEXT for c, b in zip(encoder.columns, binary)]
-        functions = {}
-        if any(needs_output):
-            oids = sorted({c.type.oid for c, needed in zip(encoder.columns, needs_output) if needed})
-            functions = {oid: (nsp, name) for oid, nsp, name in conn.execute(_OUTPUT_FUNCTIONS, (oids,)).fetchall()}
-        output = tuple(functions[c.type.oid] if needed else None for c, needed in zip(encoder.columns, needs_output))
-        return cls(binary, output)
+        bases = [c.type.resolved().oid for c in encoder.columns]
+        texts = {
+            base for base, codec in zip(bases, encoder.codecs) if codec.binary is None and base not in SENT_AS_TEXT
+        }
+        own_casts = {row[0] for row in conn.execute(_CASTS_TO_TEXT, (sorted(texts),)).fetchall()} if texts else set()
+        return cls(
+            tuple(
+                Route.BINARY
+                if codec.binary is not None
+                else Route.SENT
+                if base in SENT_AS_TEXT
+                else Route.FORMAT
+                if base in own_casts
+                else Route.CAST
+                for base, codec in zip(bases, encoder.codecs)
+            )
+        )
 
     def statement(self, encoder: TableEncoder, block_range: BlockRange):  # -> sql.Composed
         from psycopg import sql
 
         selected = []
-        for column, function in zip(encoder.columns, self.output):
+        for column, route in zip(encoder.columns, self.routes):
             name = sql.Identifier(column.name)
-            if function is not None:
-                name = sql.SQL("pg_catalog.textin({}({}))").format(sql.Identifier(*function), name)
+            if route == Route.CAST:
+                name = sql.SQL("{}::pg_catalog.text").format(name)
+            elif route == Route.FORMAT:
+                name = sql.SQL("CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.format('%s', {0}) END").format(name)
             selected.append(name)
         where = []
         if block_range.first > 0:
@@ -81,6 +100,8 @@ class CopyPlan:
     def values(self, chunk: CopyChunk, encoder: TableEncoder) -> list[pa.Array]:
         """The typed values of every kept column of a chunk read with :meth:`statement`."""
         return [
-            encoder.typed_binary(k, chunk.column(k)) if binary else encoder.typed_text(k, chunk.column(k).text())
-            for k, binary in enumerate(self.binary)
+            encoder.typed_binary(k, chunk.column(k))
+            if route == Route.BINARY
+            else encoder.typed_text(k, chunk.column(k).text())
+            for k, route in enumerate(self.routes)
         ]
