@@ -59,6 +59,15 @@ def test_snapshot_benchmark():
     assert re.search(r"SparkSession start \(local\[2\], with the JDBC jar\): [\d.]+s", out), out
 
 
+def test_snapshot_stages_benchmark():
+    pytest.importorskip("pyspark")
+    out = run("snapshot_stages.py", "--rows", "5000", "--repeat", "1", "--jobs", "1")
+    for stage in ("read loop", "framing", "values", "envelope", "Parquet (writer thread)", "server (PostgreSQL)"):
+        assert re.search(rf"\| {re.escape(stage)} \| [\d.]+ \|", out), (stage, out)
+    assert re.search(r"bound on \d+ cores: [\d.]+s per 1 M rows", out), out
+    assert re.search(r"fixed cost per snapshot job\): [\d.]+s", out), out
+
+
 def test_idle_run_benchmark():
     out = run("idle_run.py", "--runs", "1", "--neighbour-rows", "2000")
     assert "idle runs: no JVM, slot acknowledged every time" in out, out
