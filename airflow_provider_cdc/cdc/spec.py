@@ -29,7 +29,7 @@ class CaptureOptions:
     """Tuning knobs of a run (see docs/operators.md)."""
 
     max_changes_per_chunk: int = 100_000
-    snapshot_partition_bytes: int = 128 * 1024 * 1024
+    snapshot_partition_bytes: int = 256 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
     incremental_chunk_size: int = 50_000

@@ -53,8 +53,19 @@ def test_snapshot_benchmark():
     pytest.importorskip("pyspark")
     out = run("snapshot.py", "--rows", "5000", "--repeat", "1", "--warmup", "1")
     ratio(out, "ratio snapshot/COPY")
+    ratio(out, "ratio snapshot/connectorx")  # connectorx comes with bootstrap's bench extra: never skipped
+    ratio(out, "ratio connectorx/COPY")
     ratio(out, "ratio snapshot/naive JDBC")
     assert re.search(r"SparkSession start \(local\[2\], with the JDBC jar\): [\d.]+s", out), out
+
+
+def test_snapshot_stages_benchmark():
+    pytest.importorskip("pyspark")
+    out = run("snapshot_stages.py", "--rows", "5000", "--repeat", "1", "--jobs", "1")
+    for stage in ("read loop", "framing", "values", "envelope", "Parquet (writer thread)", "server (PostgreSQL)"):
+        assert re.search(rf"\| {re.escape(stage)} \| [\d.]+ \|", out), (stage, out)
+    assert re.search(r"bound on \d+ cores: [\d.]+s per 1 M rows", out), out
+    assert re.search(r"fixed cost per snapshot job\): [\d.]+s", out), out
 
 
 def test_idle_run_benchmark():

@@ -262,13 +262,26 @@ def write_parquet_file(path: str, batches: Iterable[pa.RecordBatch], *, row_grou
     """Stream record batches (one schema) into one local Parquet file; returns the rows written.
 
     The file appears atomically (written under a temporary name, then renamed), so a reader or
-    a retried task never sees half a file; no rows → no file. Memory is one row group."""
+    a retried task never sees half a file; no rows → no file. Row groups are written on a
+    background thread (``write_table`` releases the GIL for its whole run) while the next one's
+    batches are produced, so a snapshot task keeps reading from its server while it writes;
+    memory is two row groups."""
     import os
 
     temporary = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     writer: pq.ParquetWriter | None = None
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-parquet")
+    in_flight: Future | None = None
     pending: list[pa.RecordBatch] = []
     pending_rows = total = 0
+
+    def write(group: list[pa.RecordBatch]) -> None:
+        nonlocal in_flight
+        if in_flight is not None:
+            in_flight.result()  # one row group at a time, in order; raises its error
+        assert writer is not None
+        in_flight = background.submit(writer.write_table, pa.Table.from_batches(group))
+
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -279,15 +292,18 @@ def write_parquet_file(path: str, batches: Iterable[pa.RecordBatch], *, row_grou
             pending_rows += batch.num_rows
             total += batch.num_rows
             if pending_rows >= row_group_rows:
-                writer.write_table(pa.Table.from_batches(pending))
+                write(pending)
                 pending, pending_rows = [], 0
         if writer is not None:
             if pending:
-                writer.write_table(pa.Table.from_batches(pending))
+                write(pending)
+            if in_flight is not None:
+                in_flight.result()
             writer.close()
             writer = None
             os.replace(temporary, path)
     finally:
+        background.shutdown(wait=True)  # a failed read never leaves a write running
         if writer is not None:
             writer.close()
         if os.path.exists(temporary):

@@ -184,3 +184,69 @@ def test_a_bad_value_in_a_spark_task_fails_terminally_and_commits_nothing(db15, 
         run_job(db15.spec(["public.prices"], snapshot_window(1), tmp_path))
     assert failure.value.terminal
     assert committed_windows(str(tmp_path), "t") == []
+
+
+ROUTES_TABLE = """
+CREATE SCHEMA ext;
+CREATE EXTENSION ltree SCHEMA ext;
+CREATE EXTENSION hstore SCHEMA ext;
+CREATE TABLE routes (
+    id int PRIMARY KEY, flag boolean, ip inet, ch "char", padded char(4), path ext.ltree, pairs ext.hstore,
+    amount numeric(6,2), ints int[], doc jsonb, at timestamptz, uid uuid, listed_flag boolean, listed_at timestamptz
+)
+"""
+ROUTES_ROWS = [
+    "(%s, true, '10.0.0.1', 'x', 'ab', 'a.b', 'k=>v', 1.5, '{1,NULL}', '{\"a\": [1]}', '2024-01-02 03:04:05+02',"
+    " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', false, 'infinity')",
+    "(%s, null, null, null, null, null, null, null, null, null, null, null, null, null)",
+    "(%s, false, '::1/128', '', '', 'z', '', -0.5, '{}', 'null', '2000-02-29 23:59:59.5+00',"
+    " '00000000-0000-0000-0000-000000000000', true, '1970-01-01 00:00:00+00')",
+]
+
+
+def test_every_text_route_reads_what_the_stream_sends_with_select_alone(db15, spark, tmp_path):
+    """Columns read as text take three routes (as they are, ``::text``, ``format('%s', ...)`` for
+    types whose cast to text differs from their output, ``column_text_list`` included): each gives
+    the stream's value and PostgreSQL's own text output, and a role with nothing but ``SELECT``
+    on the table (no ``USAGE`` on the extensions' schema) can take the snapshot."""
+    from dataclasses import replace
+
+    from airflow_provider_cdc.cdc.columns import ColumnRules
+    from airflow_provider_cdc.cdc.sources.postgres.connection import connect
+    from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
+
+    db = db15
+    db.execute(ROUTES_TABLE)
+    with db.connect() as conn:
+        for i, row in enumerate(ROUTES_ROWS):
+            conn.execute(f"INSERT INTO routes VALUES {row}", (i,))
+        role, password = f"snap_{db.name}"[:63], "pw-" + db.name
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN REPLICATION PASSWORD '{password}'")
+        conn.execute(f'GRANT SELECT ON routes TO "{role}"')
+    db.created_roles.append(role)
+    db.setup_capture(["public.routes"])
+    settings = EventSettings(columns=ColumnRules.from_options(as_text=[r"public\.routes\.listed_.*"]))
+    spec = replace(db.spec(["public.routes"], snapshot_window(1), tmp_path), events=settings)
+    snapshot = run_job(replace(spec, connection=replace(db.info, user=role, password=password)))
+    with db.connect() as conn:
+        for i, row in enumerate(ROUTES_ROWS):
+            conn.execute(f"INSERT INTO routes VALUES {row}", (100 + i,))
+    stream = replace(db.spec(["public.routes"], stream_window(2, snapshot.window.to_lsn, db.current_lsn()), tmp_path))
+    run_job(replace(stream, events=settings))
+    by_id = {e["after"]["id"]: e["after"] for e in events_of(tmp_path, "t", "public.routes")}
+    texts = ["ip", "ch", "padded", "path", "doc", "listed_flag", "listed_at"]  # captured as their text form
+    with connect(db.info) as conn:  # the capture's session settings
+        expected = {
+            row[0]: dict(zip(texts, row[1:]))
+            for row in conn.execute(
+                "SELECT id, "
+                + ", ".join(f"CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END" for c in texts)
+                + " FROM routes WHERE id < 100"
+            ).fetchall()
+        }
+    for i in range(len(ROUTES_ROWS)):
+        no_rows_differ({**by_id[i], "id": 0}, {**by_id[100 + i], "id": 0})
+        assert {c: by_id[i][c] for c in texts} == expected[i]
+    assert [by_id[i]["listed_flag"] for i in range(3)] == ["f", None, "t"]  # boolean's output, not 'false'
+    assert by_id[0]["ip"] == "10.0.0.1" and by_id[0]["padded"] == "ab  "
+    assert by_id[0]["listed_at"] == "infinity" and by_id[2]["listed_at"] == "1970-01-01 00:00:00+00"

@@ -7,10 +7,15 @@ overlap, no table locks. The exporting replication connection stays open, idle, 
 partition has been read.
 
 Each partition reads a range of heap blocks (``ctid`` ranges, a TID range scan) with
-``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` in a ``REPEATABLE READ`` transaction that imported
-the snapshot, parses the CSV with Arrow's streaming reader into text columns, and converts them
-with the same :func:`types.cast_text` as the stream. Partitions run as Spark tasks, in whole
-waves of the session's parallelism (:func:`partition_count`).
+``COPY (SELECT ...) TO STDOUT (FORMAT binary)`` in a ``REPEATABLE READ`` transaction that
+imported the snapshot: fixed-width columns in their binary send form, every other column as its
+text output (:mod:`.copy_plan`). The rows are framed in chunks with numpy (:mod:`.copy_binary`)
+and converted by the same codecs as the stream (:mod:`.binary_values` for the send forms).
+Partitions run as Spark tasks, in whole waves of the session's parallelism
+(:func:`partition_count`).
+
+:func:`copy_text_columns` reads a CSV ``COPY`` into text columns, for the readers that select
+with SQL of their own (incremental chunks, query-based extraction).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder, snapshot_batch
-from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
+from airflow_provider_cdc.cdc.sources.postgres.copy_binary import read_copy_chunks
+from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
 
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 
@@ -106,19 +113,6 @@ def plan_block_ranges(
     return [r for r in ranges if r.end is None or r.first < blocks]
 
 
-def copy_statement(table: TableInfo, columns: tuple[Column, ...], block_range: BlockRange):  # -> sql.Composed
-    from psycopg import sql
-
-    selected = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-    where = []
-    if block_range.first > 0:
-        where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({block_range.first},0)")))
-    if block_range.end is not None:
-        where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({block_range.end},0)")))
-    condition = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
-    return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT csv)").format(selected, table.ref.sql(), condition)
-
-
 def read_partition(
     info: PgConnectionInfo,
     point: SnapshotPoint,
@@ -133,18 +127,12 @@ def read_partition(
     encoder = TableEncoder(table, table.columns, settings)
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
         import_snapshot(conn, point.snapshot_name)
-        with conn.cursor() as cur:
-            for columns in copy_text_columns(
-                cur, copy_statement(table, encoder.columns, block_range), len(encoder.columns)
-            ):
-                yield snapshot_batch(
-                    encoder,
-                    columns,
-                    context=context,
-                    snapshot_lsn=point.lsn,
-                    snapshot_xmin=point.xmin,
-                    snapshot_ts_ms=point.ts_ms,
-                )
+        plan = CopyPlan.of(conn, encoder)
+        events = SnapshotBatches(
+            encoder, context=context, snapshot_lsn=point.lsn, snapshot_xmin=point.xmin, snapshot_ts_ms=point.ts_ms
+        )
+        for chunk in read_copy_chunks(conn, plan.statement(encoder, block_range), len(encoder.columns)):
+            yield events.batch(plan.values(chunk, encoder))
     # Leaving the connection block closes the session, ending its read-only transaction.
 
 

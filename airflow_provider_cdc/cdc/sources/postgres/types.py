@@ -1,9 +1,11 @@
 """PostgreSQL column types → Arrow types, and text values → typed Arrow arrays.
 
-Both capture paths see PostgreSQL's *text output* of every value: the stream because pgoutput
-sends text tuples, the snapshot because it reads ``COPY ... (FORMAT csv)``. Both convert those
-strings with the same :class:`Codec`, so a row is identical whichever path it came from. Every
-session that produces text uses the same output settings (:data:`SESSION_SETTINGS`).
+The stream sees PostgreSQL's *text output* of every value (pgoutput sends text tuples); the
+snapshot reads a binary ``COPY`` in which fixed-width types come in their binary send form and
+every other column as its text output. A :class:`Codec` converts text, and for the types the
+snapshot reads in binary also the send form (``Codec.binary``, :mod:`.binary_values`), to the
+same values, so a row is identical whichever path it came from. Every session that produces
+text uses the same output settings (:data:`SESSION_SETTINGS`).
 
 How values are represented follows Debezium's handling modes (:class:`ValueModes`), plus a
 Spark-native default for time types. Types without a mapping keep their text form (a string
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 
 #: Session settings every capture connection uses, so text forms are deterministic.
@@ -139,12 +142,15 @@ Converter = Callable[[pa.Array], pa.Array]
 
 @dataclass(frozen=True)
 class Codec:
-    """How one column is captured: its Arrow type and the conversion from PostgreSQL text."""
+    """How one column is captured: its Arrow type and the conversion from PostgreSQL text, and
+    for types the snapshot reads in binary, the conversion from the binary send form to the
+    same values (None: the snapshot reads the text form)."""
 
     arrow_type: pa.DataType
     description: str
     convert: Converter = field(compare=False, repr=False)
     placeholder: object = field(default=None, compare=False)  # unchanged-TOAST stand-in, or None
+    binary: bv.BinaryDecoder | None = field(default=None, compare=False, repr=False)
 
 
 def codec_for(pg_type: PgType, modes: ValueModes) -> Codec:
@@ -153,13 +159,26 @@ def codec_for(pg_type: PgType, modes: ValueModes) -> Codec:
         codec = _array_codec(pg_type, modes)
     else:
         builder = _BY_OID.get(pg_type.oid) or _BY_NAME.get(pg_type.type_name)
-        codec = builder(pg_type, modes) if builder is not None else _text("text form")
+        codec = builder(pg_type, modes) if builder is not None else _text(TEXT_FORM)
     return _with_placeholder(codec, modes)
 
 
 def text_codec(modes: ValueModes) -> Codec:
     """PostgreSQL's text form, whatever the type (``column_text_list``)."""
     return _with_placeholder(_text("text form (column_text_list)"), modes)
+
+
+def cast_binary(values: bv.BinaryColumn, codec: Codec, *, column: str, table: str) -> pa.Array:
+    """Convert binary send forms with ``codec.binary`` (the same values :func:`cast_text` gives
+    for their text forms, and the same error for a value the codec cannot represent)."""
+    assert codec.binary is not None
+    try:
+        return codec.binary(values)
+    except bv.BinaryValueError as exc:
+        raise ValueConversionError(
+            f"column {column!r} of {table}: value {exc.text!r} cannot be captured as {codec.description} "
+            f"({exc}). {_hint(codec)}"
+        ) from None
 
 
 def cast_text(values: pa.Array, codec: Codec, *, column: str, table: str) -> pa.Array:
@@ -197,8 +216,16 @@ def _first_unconvertible(values: pa.Array, codec: Codec) -> str | None:
 # -- helpers -------------------------------------------------------------------------------------
 
 
+TEXT_FORM = "text form"
+
+
 def _text(description: str) -> Codec:
     return Codec(pa.string(), description, lambda values: values)
+
+
+def _uuid(pg_type: PgType, modes: ValueModes) -> Codec:
+    # Unmapped like any other type (its text form), but read in binary by the snapshot.
+    return replace(_text(TEXT_FORM), binary=bv.uuid_text)
 
 
 def _map_values(values: pa.Array, function: Callable[[str], object], arrow_type: pa.DataType) -> pa.Array:
@@ -247,12 +274,20 @@ def _temporal_special(values: pa.Array) -> pa.Array:
 # -- numbers -------------------------------------------------------------------------------------
 
 
-def _cast(arrow_type: pa.DataType, description: str) -> Codec:
-    return Codec(arrow_type, description, lambda values: pc.cast(values, arrow_type))
+def _cast(arrow_type: pa.DataType, description: str, binary: bv.BinaryDecoder | None = None) -> Codec:
+    return Codec(arrow_type, description, lambda values: pc.cast(values, arrow_type), binary=binary)
+
+
+def _integer(arrow_type: pa.DataType, description: str, send_form: str) -> Callable[[PgType, ValueModes], Codec]:
+    return lambda pg_type, modes: _cast(arrow_type, description, bv.integer(send_form, arrow_type))
+
+
+def _float(arrow_type: pa.DataType, description: str, send_form: str) -> Callable[[PgType, ValueModes], Codec]:
+    return lambda pg_type, modes: _cast(arrow_type, description, bv.floating(send_form, arrow_type))
 
 
 def _bool(pg_type: PgType, modes: ValueModes) -> Codec:
-    return Codec(pa.bool_(), "boolean", lambda values: pc.equal(values, "t"))
+    return Codec(pa.bool_(), "boolean", lambda values: pc.equal(values, "t"), binary=bv.boolean)
 
 
 def _numeric(pg_type: PgType, modes: ValueModes) -> Codec:
@@ -267,6 +302,8 @@ def _numeric(pg_type: PgType, modes: ValueModes) -> Codec:
     if not 0 <= scale <= precision <= MAX_DECIMAL_PRECISION:
         return _text(f"exact decimal text (numeric({precision},{scale}) exceeds decimal(38))")
     arrow_type = pa.decimal128(precision, scale)
+    # The snapshot reads numerics as text: decoding their base-10000 send form in numpy cost
+    # about what the server saves by not printing them (measured: docs/benchmarks.md).
     return Codec(arrow_type, f"decimal({precision},{scale})", lambda values: pc.cast(values, arrow_type))
 
 
@@ -308,7 +345,7 @@ def _bytea(pg_type: PgType, modes: ValueModes) -> Codec:
         )
     if modes.binary == "hex":
         return Codec(pa.string(), "hex string", lambda v: pc.utf8_slice_codeunits(v, 2))
-    return Codec(pa.binary(), "binary", lambda v: pa.array(_bytea_bytes(v), pa.binary()))
+    return Codec(pa.binary(), "binary", lambda v: pa.array(_bytea_bytes(v), pa.binary()), binary=bv.raw_bytes)
 
 
 # -- time ----------------------------------------------------------------------------------------
@@ -342,9 +379,19 @@ def _epoch_micros(values: pa.Array, zoned: bool, infinity: dict[str, int]) -> pa
 def _date(pg_type: PgType, modes: ValueModes) -> Codec:
     if modes.time_precision in ("adaptive", "adaptive_time_microseconds"):
         limits = {pgv.INFINITY: 2**31 - 1, pgv.NEG_INFINITY: -(2**31)}
-        return Codec(pa.int32(), "int32 days since epoch (io.debezium.time.Date)", lambda v: _epoch_days(v, limits))
+        return Codec(
+            pa.int32(),
+            "int32 days since epoch (io.debezium.time.Date)",
+            lambda v: _epoch_days(v, limits),
+            binary=lambda b: bv.epoch_days(b, limits),
+        )
     limits = {pgv.INFINITY: SPARK_MAX_DAYS, pgv.NEG_INFINITY: SPARK_MIN_DAYS}
-    return Codec(pa.date32(), "date", lambda v: _epoch_days(v, limits).cast(pa.date32()))
+    return Codec(
+        pa.date32(),
+        "date",
+        lambda v: _epoch_days(v, limits).cast(pa.date32()),
+        binary=lambda b: bv.epoch_days(b, limits).cast(pa.date32()),
+    )
 
 
 def _timestamp(pg_type: PgType, modes: ValueModes) -> Codec:
@@ -362,20 +409,29 @@ def _timestamp(pg_type: PgType, modes: ValueModes) -> Codec:
         arrow_type = pa.timestamp(unit, tz="UTC" if zoned else None)
         limits = {pgv.INFINITY: SPARK_MAX_MICROS, pgv.NEG_INFINITY: SPARK_MIN_MICROS}
 
-        def convert(values: pa.Array) -> pa.Array:
-            micros = _epoch_micros(values, zoned, limits)
+        # Both forms become the same epoch microseconds, then the same arithmetic.
+        def finish(micros: pa.Array) -> pa.Array:
             return (_floor_divide(micros, 1000) if unit == "ms" else micros).cast(arrow_type)
 
-        return Codec(arrow_type, f"timestamp[{unit}{', UTC' if zoned else ''}]", convert)
+        return Codec(
+            arrow_type,
+            f"timestamp[{unit}{', UTC' if zoned else ''}]",
+            lambda v: finish(_epoch_micros(v, zoned, limits)),
+            binary=lambda b: finish(bv.epoch_micros(b, limits, zoned=zoned)),
+        )
     divisor = 1000 if pg_type.precision() <= 3 else 1
     limits = {pgv.INFINITY: POS_INFINITY_MICROS, pgv.NEG_INFINITY: NEG_INFINITY_MICROS}
 
-    def convert_numeric(values: pa.Array) -> pa.Array:
-        micros = _epoch_micros(values, zoned, limits)
+    def finish_numeric(micros: pa.Array) -> pa.Array:
         return _floor_divide(micros, divisor) if divisor > 1 else micros
 
     name = "io.debezium.time.Timestamp (ms)" if divisor > 1 else "io.debezium.time.MicroTimestamp (µs)"
-    return Codec(pa.int64(), f"int64 {name}", convert_numeric)
+    return Codec(
+        pa.int64(),
+        f"int64 {name}",
+        lambda v: finish_numeric(_epoch_micros(v, zoned, limits)),
+        binary=lambda b: finish_numeric(bv.epoch_micros(b, limits, zoned=zoned)),
+    )
 
 
 def _zoned_timestamp_text(text: str) -> str:
@@ -390,11 +446,13 @@ def _time(pg_type: PgType, modes: ValueModes) -> Codec:
             pa.int32(),
             "int32 ms since midnight (io.debezium.time.Time)",
             lambda v: _map_values(v, lambda t: pgv.parse_time(t) // 1000, pa.int32()),
+            binary=lambda b: pc.divide(bv.time_micros(b), 1000).cast(pa.int32()),  # never negative
         )
     return Codec(
         pa.int64(),
         "int64 µs since midnight (io.debezium.time.MicroTime)",
         lambda v: _map_values(v, pgv.parse_time, pa.int64()),
+        binary=bv.time_micros,
     )
 
 
@@ -484,12 +542,12 @@ def _with_placeholder(codec: Codec, modes: ValueModes) -> Codec:
 
 _BY_OID: dict[int, Callable[[PgType, ValueModes], Codec]] = {
     BOOL: _bool,
-    INT2: lambda t, m: _cast(pa.int16(), "int16"),
-    INT4: lambda t, m: _cast(pa.int32(), "int32"),
-    INT8: lambda t, m: _cast(pa.int64(), "int64"),
-    OID: lambda t, m: _cast(pa.int64(), "int64"),
-    FLOAT4: lambda t, m: _cast(pa.float32(), "float32"),
-    FLOAT8: lambda t, m: _cast(pa.float64(), "float64"),
+    INT2: _integer(pa.int16(), "int16", ">i2"),
+    INT4: _integer(pa.int32(), "int32", ">i4"),
+    INT8: _integer(pa.int64(), "int64", ">i8"),
+    OID: _integer(pa.int64(), "int64", ">u4"),  # unsigned: widened
+    FLOAT4: _float(pa.float32(), "float32", ">f4"),
+    FLOAT8: _float(pa.float64(), "float64", ">f8"),
     NUMERIC: _numeric,
     MONEY: _money,
     BIT: _bit,
@@ -502,6 +560,7 @@ _BY_OID: dict[int, Callable[[PgType, ValueModes], Codec]] = {
     TIMETZ: _timetz,
     INTERVAL: _interval,
     POINT: _point,
+    UUID: _uuid,
 }
 
 _BY_NAME: dict[str, Callable[[PgType, ValueModes], Codec]] = {
@@ -575,6 +634,7 @@ __all__ = [
     "TypeCache",
     "ValueConversionError",
     "ValueModes",
+    "cast_binary",
     "cast_text",
     "codec_for",
     "resolve_types",

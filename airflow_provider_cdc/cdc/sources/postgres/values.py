@@ -130,6 +130,19 @@ def iso_fraction(micros: int) -> str:
     return f".{micros:06d}"
 
 
+def format_timestamp(micros: int, *, zoned: bool) -> str:
+    """PostgreSQL's own text output (``DateStyle=ISO``, ``TimeZone=UTC``) of a finite
+    timestamp given as microseconds since 1970: ``2024-01-02 03:04:05.5+00``, ``... BC``."""
+    days, rest = divmod(micros, US_PER_DAY)
+    year, month, day = civil_from_days(days)
+    seconds, fraction = divmod(rest, US_PER_SECOND)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    digits = f".{fraction:06d}".rstrip("0") if fraction else ""
+    text = f"{year if year > 0 else 1 - year:04d}-{month:02d}-{day:02d} {hours:02d}:{minutes:02d}:{seconds:02d}{digits}"
+    return text + ("+00" if zoned else "") + ("" if year > 0 else " BC")
+
+
 def format_zoned_timestamp(micros: int) -> str:
     """Debezium's ``ZonedTimestamp``: ISO-8601 in UTC, e.g. ``2018-06-20T13:13:16.945104Z``."""
     days, rest = divmod(micros, US_PER_DAY)
