@@ -28,7 +28,7 @@ import pytest
 
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 from airflow_provider_cdc.testing import shop
-from tests.support.crash import CrashCapture
+from tests.support.crash import CrashCapture, prepare_shop
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -59,13 +59,7 @@ STREAM_FAULTS = [
 
 @pytest.fixture
 def crash_db(db15, spark, monkeypatch):
-    with db15.connect() as conn:
-        shop.create_schema(conn)
-        shop.seed(conn, customers=30, orders_per_customer=3)
-        conn.execute("CREATE SCHEMA cdc_state")
-    conn_id = f"crash_{db15.name}"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db15.cluster.airflow_uri(db15.name))
-    return db15, conn_id
+    return db15, prepare_shop(db15, monkeypatch, "crash", customers=30, orders_per_customer=3)
 
 
 class Workload:

@@ -21,7 +21,7 @@ import pytest
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcBatchOperator
 from airflow_provider_cdc.testing import shop
-from tests.support.crash import CrashCapture
+from tests.support.crash import CrashCapture, prepare_shop
 from tests.support.oracle import assert_history, assert_same_state, events_of, replay, source_rows, workload_ops
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -40,12 +40,7 @@ def check(db, sink: Path, prefix: str, rounds: list) -> None:
 @pytest.mark.parametrize("loss", ["deleted", "reset"])
 def test_a_lost_or_reset_offset_is_restored_from_the_commit_log(db15, spark, tmp_path, monkeypatch, loss):
     db = db15
-    with db.connect() as conn:
-        shop.create_schema(conn)
-        shop.seed(conn, customers=12, orders_per_customer=2)
-        conn.execute("CREATE SCHEMA cdc_state")
-    conn_id = f"loss_{db.name}"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db.cluster.airflow_uri(db.name))
+    conn_id = prepare_shop(db, monkeypatch, "loss", customers=12, orders_per_customer=2)
     capture = CrashCapture(
         db,
         conn_id,

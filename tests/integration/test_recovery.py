@@ -37,7 +37,7 @@ from airflow_provider_cdc.testing import shop
 from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
 from airflow_provider_cdc.version_compat import AirflowFailException
 from tests.support import airflow as af
-from tests.support.crash import CrashCapture
+from tests.support.crash import CrashCapture, prepare_shop
 from tests.support.databases import CaptureDatabase
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -56,13 +56,7 @@ def no_faults(monkeypatch):
 
 
 def _prepare(db: CaptureDatabase, monkeypatch) -> str:
-    with db.connect() as conn:
-        shop.create_schema(conn)
-        shop.seed(conn, customers=12, orders_per_customer=2)
-        conn.execute("CREATE SCHEMA cdc_state")
-    conn_id = f"rec_{db.name}"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db.cluster.airflow_uri(db.name))
-    return conn_id
+    return prepare_shop(db, monkeypatch, "rec", customers=12, orders_per_customer=2)
 
 
 @pytest.fixture

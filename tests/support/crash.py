@@ -52,6 +52,20 @@ OPERATORS = {
 }
 
 
+def prepare_shop(db: CaptureDatabase, monkeypatch: Any, name: str, *, customers: int, orders_per_customer: int) -> str:
+    """The shop schema with data and a ``cdc_state`` schema for state-table offsets in ``db``, and
+    an Airflow connection to it (returns its id, ``<name>_<database>``)."""
+    from airflow_provider_cdc.testing import shop
+
+    with db.connect() as conn:
+        shop.create_schema(conn)
+        shop.seed(conn, customers=customers, orders_per_customer=orders_per_customer)
+        conn.execute("CREATE SCHEMA cdc_state")
+    conn_id = f"{name}_{db.name}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db.cluster.airflow_uri(db.name))
+    return conn_id
+
+
 @dataclass
 class ChildResult:
     returncode: int
