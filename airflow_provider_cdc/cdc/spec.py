@@ -13,11 +13,11 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.incremental import WATERMARK_MODES, IncrementalState
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 

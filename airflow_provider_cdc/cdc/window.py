@@ -1,11 +1,13 @@
 """The capture window: one Airflow run's finite, deterministic slice of changes.
 
-A stream window covers the transactions whose commit record starts in ``[from_lsn, to_lsn)``:
-the lower bound is inclusive and the upper bound exclusive. This is exactly PostgreSQL's own
-rule for a slot confirmed at ``to_lsn`` (``SnapBuildXactNeedsSkip`` skips commits that start
-before the confirmed position), so acknowledging ``to_lsn`` after the window never loses or
-repeats a transaction. A snapshot window has no LSN range until it runs: its ``to_lsn`` becomes
-the consistent point of the snapshot, where the stream continues.
+A stream window covers the transactions whose commit position is in ``[from_lsn, to_lsn)``: the
+lower bound is inclusive and the upper bound exclusive, for every source. On PostgreSQL this is
+the server's own rule for a slot confirmed at ``to_lsn`` (``SnapBuildXactNeedsSkip`` skips
+commits that start before the confirmed position), so acknowledging ``to_lsn`` after the window
+never loses or repeats a transaction; on SQL Server it is ``__$start_lsn`` (the commit LSN) in
+``[from, to)``, read as ``[from, fn_cdc_decrement_lsn(to)]``. A snapshot window has no range
+until it runs: its ``to_lsn`` becomes the consistent point of the snapshot, where the stream
+continues. Positions are the source's own type (:mod:`positions`); the stored form names it.
 
 Window ids are the zero-padded sequence number, fixed when the window is planned and stored as
 "pending" in the offset, so a retry runs the same window id with the same bounds.
@@ -17,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
+from airflow_provider_cdc.cdc.positions import Position, position_class, position_or_none
 
 WindowKind = Literal["snapshot", "stream", "query"]
 WINDOW_KINDS = ("snapshot", "stream", "query")  # query: a query-based extraction (no LSNs)
@@ -27,8 +29,8 @@ WINDOW_KINDS = ("snapshot", "stream", "query")  # query: a query-based extractio
 class Window:
     seq: int
     kind: WindowKind
-    from_lsn: Lsn | None
-    to_lsn: Lsn | None
+    from_lsn: Position | None
+    to_lsn: Position | None
     planned_at_ms: int
 
     def __post_init__(self) -> None:
@@ -55,10 +57,17 @@ class Window:
         assert self.from_lsn is not None and self.to_lsn is not None
         return self.from_lsn <= commit_lsn < self.to_lsn
 
-    def with_end(self, to_lsn: Lsn) -> Window:
+    @property
+    def source(self) -> str | None:
+        """The source whose positions bound this window (None: no positions yet)."""
+        position = self.to_lsn if self.to_lsn is not None else self.from_lsn
+        return getattr(position, "SOURCE", None) or None
+
+    def with_end(self, to_lsn: Position) -> Window:
         return replace(self, to_lsn=to_lsn)
 
     def to_dict(self) -> dict[str, Any]:
+        source = self.source
         return {
             "seq": self.seq,
             "window_id": self.window_id,
@@ -66,16 +75,18 @@ class Window:
             "from_lsn": _int_or_none(self.from_lsn),
             "to_lsn": _int_or_none(self.to_lsn),
             "planned_at_ms": self.planned_at_ms,
+            **({"source": source} if source else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Window:
         try:
+            position = position_class(data.get("source"))
             return cls(
                 seq=int(data["seq"]),
                 kind=data["kind"],
-                from_lsn=lsn_or_none(data.get("from_lsn")),
-                to_lsn=lsn_or_none(data.get("to_lsn")),
+                from_lsn=position_or_none(data.get("from_lsn"), position),
+                to_lsn=position_or_none(data.get("to_lsn"), position),
                 planned_at_ms=int(data["planned_at_ms"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -94,5 +105,5 @@ def window_id_for(seq: int) -> str:
     return f"{seq:010d}"
 
 
-def _int_or_none(lsn: Lsn | None) -> int | None:
+def _int_or_none(lsn: Position | None) -> int | None:
     return None if lsn is None else int(lsn)

@@ -18,10 +18,10 @@ from airflow_provider_cdc.cdc.errors import (
     ServerConfigurationError,
     SlotConfigurationError,
 )
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
 from airflow_provider_cdc.version_compat import BaseHook
 

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, quote_ident
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, pg_identifier, quote_ident
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import StaleOffsetError
 
@@ -47,7 +47,7 @@ class PostgresStateTableOffsetStore:
                     sql.SQL(
                         "CREATE TABLE IF NOT EXISTS {} (capture text PRIMARY KEY, revision bigint NOT NULL, "
                         "document jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
-                    ).format(self.table.sql())
+                    ).format(pg_identifier(self.table))
                 )
             except (psycopg.errors.InvalidSchemaName, psycopg.errors.InsufficientPrivilege) as exc:
                 raise CdcConfigurationError(
@@ -98,7 +98,8 @@ class PostgresStateTableOffsetStore:
             if not table:
                 return None
             row = conn.execute(
-                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(self.table.sql()), (capture,)
+                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(pg_identifier(self.table)),
+                (capture,),
             ).fetchone()
         return None if row is None else row[0]
 
@@ -106,7 +107,8 @@ class PostgresStateTableOffsetStore:
         with self.hook.session() as conn:
             self._ensure_table(conn)
             row = conn.execute(
-                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(self.table.sql()), (capture,)
+                sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(pg_identifier(self.table)),
+                (capture,),
             ).fetchone()
         return None if row is None else row[0]
 
@@ -118,7 +120,7 @@ class PostgresStateTableOffsetStore:
                     sql.SQL(
                         "INSERT INTO {} (capture, revision, document) VALUES (%s, %s, %s::jsonb) "
                         "ON CONFLICT (capture) DO NOTHING"
-                    ).format(self.table.sql()),
+                    ).format(pg_identifier(self.table)),
                     (capture, revision, document),
                 )
             else:
@@ -126,7 +128,7 @@ class PostgresStateTableOffsetStore:
                     sql.SQL(
                         "UPDATE {} SET revision = %s, document = %s::jsonb, updated_at = now() "
                         "WHERE capture = %s AND revision = %s"
-                    ).format(self.table.sql()),
+                    ).format(pg_identifier(self.table)),
                     (revision, document, capture, expected_revision),
                 )
             if cursor.rowcount != 1:
@@ -138,7 +140,7 @@ class PostgresStateTableOffsetStore:
     def delete(self, capture: str) -> None:
         with self.hook.session() as conn:
             self._ensure_table(conn)
-            conn.execute(sql.SQL("DELETE FROM {} WHERE capture = %s").format(self.table.sql()), (capture,))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE capture = %s").format(pg_identifier(self.table)), (capture,))
 
     def describe(self, capture: str) -> str:
         return f"state table {self.table} (capture {capture!r}, connection {self.postgres_conn_id!r})"

@@ -25,7 +25,6 @@ from airflow_provider_cdc.cdc.errors import (
     SnapshotRequiredError,
 )
 from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, gap_topic, side_topics
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.runs import RunDecision, RunInterval, decide, state_target
@@ -42,6 +41,7 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     apply_signal,
     remember_applied,
 )
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.spec import PostgresJobSpec

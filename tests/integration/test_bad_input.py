@@ -30,7 +30,7 @@ from psycopg import sql
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, pg_identifier
 from airflow_provider_cdc.offsets.variable import VariableOffsetStore
 from airflow_provider_cdc.testing import shop
 from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
@@ -93,7 +93,8 @@ def _stored_offset(conn, capture: PostgresCapture) -> str | None:
         if conn.execute("SELECT to_regclass(%s)", (table.quoted(),)).fetchone()[0] is None:
             return None
         row = conn.execute(
-            sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(table.sql()), (capture.topic_prefix,)
+            sql.SQL("SELECT document::text FROM {} WHERE capture = %s").format(pg_identifier(table)),
+            (capture.topic_prefix,),
         ).fetchone()
         return None if row is None else row[0]
     from airflow.models import Variable

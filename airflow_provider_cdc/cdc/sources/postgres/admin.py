@@ -22,12 +22,13 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     UnknownTableError,
 )
-from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.postgres.tables import (
     REPLICA_IDENTITY_NAMES,
     Column,
     TableInfo,
     TableRef,
+    pg_identifier,
 )
 from airflow_provider_cdc.cdc.sources.postgres.types import resolve_types
 
@@ -541,7 +542,7 @@ def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "f
         else:
             conn.execute(
                 sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                    sql.Identifier(name), sql.SQL(", ").join(r.sql() for r in refs)
+                    sql.Identifier(name), sql.SQL(", ").join(pg_identifier(r) for r in refs)
                 )
             )
         return "created"
@@ -551,7 +552,7 @@ def ensure_publication(conn, name: str, refs: Sequence[TableRef], mode: str = "f
         _require_publication_privileges(conn, name, missing, mode, create=False)
         conn.execute(
             sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                sql.Identifier(name), sql.SQL(", ").join(r.sql() for r in missing)
+                sql.Identifier(name), sql.SQL(", ").join(pg_identifier(r) for r in missing)
             )
         )
         return "altered"

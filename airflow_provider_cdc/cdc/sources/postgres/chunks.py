@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import EventLayout, Op
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.naming import Topic, topic_directory
 from airflow_provider_cdc.cdc.sources.postgres.events import (
     SOURCE_BLOCK,
@@ -40,8 +39,9 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     TableProgress,
     XidSnapshot,
 )
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, pg_identifier
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,9 @@ class Watermarks:
 
             assert self.signal_table is not None
             conn.execute(
-                sql.SQL("DELETE FROM {} WHERE id = {}").format(self.signal_table.sql(), sql.Literal(f"{chunk_id}-open"))
+                sql.SQL("DELETE FROM {} WHERE id = {}").format(
+                    pg_identifier(self.signal_table), sql.Literal(f"{chunk_id}-open")
+                )
             )
         return _insert_lsn(conn)
 
@@ -102,7 +104,7 @@ class Watermarks:
             raise CdcConfigurationError(f"incremental_watermarks={self.mode!r} needs a signal_table")
         data = json.dumps({"chunk": chunk_id, "windowTimestamp": int(time.time() * 1000)})
         conn.execute(
-            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(self.signal_table.sql()),
+            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(pg_identifier(self.signal_table)),
             (row_id, kind, data),
         )
 
@@ -193,9 +195,9 @@ def _source_sql(plan: ChunkPlan):
     from psycopg import sql
 
     if not plan.progress.condition:
-        return plan.table.ref.sql()
+        return pg_identifier(plan.table.ref)
     return sql.SQL("(SELECT * FROM {} WHERE ({})) AS {}").format(
-        plan.table.ref.sql(), sql.SQL(plan.progress.condition), sql.Identifier(plan.table.ref.name)
+        pg_identifier(plan.table.ref), sql.SQL(plan.progress.condition), sql.Identifier(plan.table.ref.name)
     )
 
 
@@ -302,7 +304,7 @@ def _check_condition(conn: Any, plan: ChunkPlan) -> None:
 
     # A parameter forces the extended protocol; the fragment's own % signs are escaped for it.
     statement = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT %s").format(
-        plan.table.ref.sql(), sql.SQL(plan.progress.condition.replace("%", "%%"))
+        pg_identifier(plan.table.ref), sql.SQL(plan.progress.condition.replace("%", "%%"))
     )
     conn.execute(statement, (0,))
 
@@ -377,7 +379,7 @@ def read_chunks(
                             rows=read.rows,
                             low_lsn=read.low_lsn,
                             high_lsn=read.high_lsn,
-                            snapshot=read.snapshot,
+                            snapshot=read.snapshot.to_text(),
                             match_columns=plan.match_columns,
                             key_columns=plan.encoder.key_columns,
                             read_ts_ms=read.read_ts_ms,
@@ -440,7 +442,9 @@ class ChunkKeyWatch:
         commit = pc.struct_field(source, "commit_lsn").to_numpy(zero_copy_only=False)
         xids = pc.struct_field(source, "txId").fill_null(0).to_numpy(zero_copy_only=False)
         for chunk in chunks:
-            inside = (commit < chunk.high_lsn) & ((commit >= chunk.low_lsn) | ~chunk.snapshot.sees(xids))
+            inside = (commit < chunk.high_lsn) & (
+                (commit >= chunk.low_lsn) | ~XidSnapshot.parse(str(chunk.snapshot)).sees(xids)
+            )
             if not inside.any():
                 continue
             mask = pa.array(inside)
@@ -501,7 +505,13 @@ def emit_chunk(chunk: StagedChunk, after: pa.Array, context: EventContext) -> pa
     layout = EventLayout(value_fields=tuple(after.type), key_columns=chunk.key_columns, source_type=SOURCE_BLOCK)
     ref = chunk.table
     source = read_source(
-        context, ref.schema, ref.name, "incremental", chunk.read_ts_ms, chunk.high_lsn, chunk.snapshot.xmin
+        context,
+        ref.schema,
+        ref.name,
+        "incremental",
+        chunk.read_ts_ms,
+        chunk.high_lsn,
+        XidSnapshot.parse(str(chunk.snapshot)).xmin,
     )
     return read_events(layout, after, source, context)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc.sources.postgres.copy_binary import CopyChunk
+from airflow_provider_cdc.cdc.sources.postgres.tables import pg_identifier
 from airflow_provider_cdc.cdc.sources.postgres.types import BPCHAR, NAME, TEXT, VARCHAR
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class CopyPlan:
             where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({block_range.end},0)")))
         condition = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
         return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT binary)").format(
-            sql.SQL(", ").join(selected), encoder.table.ref.sql(), condition
+            sql.SQL(", ").join(selected), pg_identifier(encoder.table.ref), condition
         )
 
     def values(self, chunk: CopyChunk, encoder: TableEncoder) -> list[pa.Array]:

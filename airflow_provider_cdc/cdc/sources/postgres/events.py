@@ -29,10 +29,10 @@ from airflow_provider_cdc.cdc.envelope import (
     message_schema,
 )
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres import columnar
 from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn
 from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import (
     Codec,

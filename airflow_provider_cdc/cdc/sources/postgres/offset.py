@@ -17,8 +17,8 @@ from typing import Any
 
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.window import Window
 
 OFFSET_FORMAT = 1

@@ -32,11 +32,11 @@ from airflow_provider_cdc.cdc.errors import (
     SnapshotRequiredError,
     WalLostError,
 )
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.runs import record_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.window import Window
 

@@ -43,7 +43,7 @@ from airflow_provider_cdc.cdc.sources.postgres.events import (
     read_source,
 )
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, pg_identifier
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ def _statement(plan: _Plan, extraction: QueryExtraction, watermark: str | None, 
         overlap=overlap,
         band=band,
         created=created,
-        table=plan.table.ref.sql(),
+        table=pg_identifier(plan.table.ref),
         where=where,
         cursor=cursor,
     )
@@ -354,7 +354,7 @@ def _high_statement(plan: _Plan, extraction: QueryExtraction, watermark: str | N
     return sql.SQL(
         "SELECT {}::text, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
         "(extract(epoch FROM statement_timestamp()) * 1000)::bigint FROM {}"
-    ).format(high, plan.table.ref.sql())
+    ).format(high, pg_identifier(plan.table.ref))
 
 
 def _read_seen(sink: ParquetSink, path: str) -> set[str]:

@@ -28,9 +28,9 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     WalLostError,
 )
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.decoder import PG_EPOCH_OFFSET_US
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
 
 log = logging.getLogger(__name__)

@@ -1,69 +1,16 @@
-"""Captured tables: names as users write them, and their shape as the catalog describes it."""
+"""PostgreSQL tables: their shape as the catalog describes it (names: :mod:`cdc.tables`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType
+from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
+
+__all__ = ["Column", "TableInfo", "TableRef", "pg_identifier", "quote_ident"]
 
 REPLICA_IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
-
-
-@dataclass(frozen=True, order=True)
-class TableRef:
-    """A schema-qualified table name, as stored in the catalog (no quoting, exact case)."""
-
-    schema: str
-    name: str
-
-    @classmethod
-    def parse(cls, text: str) -> TableRef:
-        """Parse ``schema.table`` with PostgreSQL's identifier rules.
-
-        Unquoted parts fold to lower case; double-quoted parts keep their case and may contain
-        dots, spaces and ``""`` for a quote. A bare ``table`` means ``public.table``.
-        """
-        parts = _split_identifier(text)
-        if len(parts) == 1:
-            return cls("public", parts[0])
-        if len(parts) == 2:
-            return cls(parts[0], parts[1])
-        raise CdcConfigurationError(
-            f"table name {text!r} has {len(parts)} parts; expected 'schema.table' "
-            '(quote parts that contain dots: \'"my.schema"."my.table"\')'
-        )
-
-    @classmethod
-    def coerce(cls, value: str | TableRef | tuple[str, str] | list[str]) -> TableRef:
-        if isinstance(value, TableRef):
-            return value
-        if isinstance(value, (tuple, list)) and len(value) == 2:
-            return cls(str(value[0]), str(value[1]))
-        if isinstance(value, str):
-            return cls.parse(value)
-        raise CdcConfigurationError(f"not a table name: {value!r}")
-
-    @property
-    def data_collection(self) -> str:
-        """Debezium's ``schema.table`` name (unquoted)."""
-        return f"{self.schema}.{self.name}"
-
-    def quoted(self) -> str:
-        """SQL text for this table with both parts quoted (for messages and generated DDL)."""
-        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
-
-    def sql(self):  # -> psycopg.sql.Composable
-        from psycopg import sql
-
-        return sql.Identifier(self.schema, self.name)
-
-    def to_json(self) -> list[str]:
-        return [self.schema, self.name]
-
-    def __str__(self) -> str:
-        return self.quoted()
 
 
 @dataclass(frozen=True)
@@ -119,53 +66,11 @@ class TableInfo:
 
 
 def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return POSTGRES_NAMES.quote(name)
 
 
-def _split_identifier(text: str) -> list[str]:
-    if not isinstance(text, str) or not text.strip():
-        raise CdcConfigurationError(f"empty table name: {text!r}")
-    parts: list[str] = []
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i < n and text[i] == '"':
-            i += 1
-            buf = []
-            while True:
-                if i >= n:
-                    raise CdcConfigurationError(f"unterminated quoted identifier in {text!r}")
-                if text[i] == '"':
-                    if i + 1 < n and text[i + 1] == '"':
-                        buf.append('"')
-                        i += 2
-                        continue
-                    i += 1
-                    break
-                buf.append(text[i])
-                i += 1
-            part = "".join(buf)
-            if not part:
-                raise CdcConfigurationError(f"zero-length quoted identifier in {text!r}")
-        else:
-            start = i
-            while i < n and text[i] not in '."' and not text[i].isspace():
-                i += 1
-            part = text[start:i]
-            if not part:
-                raise CdcConfigurationError(f"cannot parse table name {text!r}")
-            if not (part[0].isalpha() or part[0] == "_") or not all(c.isalnum() or c in "_$" for c in part):
-                raise CdcConfigurationError(
-                    f"{part!r} in table name {text!r} is not a valid unquoted identifier; double-quote it"
-                )
-            # PostgreSQL folds only ASCII letters of unquoted identifiers in UTF-8 databases.
-            part = "".join(c.lower() if "A" <= c <= "Z" else c for c in part)
-        parts.append(part)
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return parts
-        if text[i] != ".":
-            raise CdcConfigurationError(f"unexpected {text[i]!r} in table name {text!r}")
-        i += 1
+def pg_identifier(ref: TableRef):  # -> psycopg.sql.Identifier
+    """The table as a psycopg identifier (both parts quoted)."""
+    from psycopg import sql
+
+    return sql.Identifier(ref.schema, ref.name)

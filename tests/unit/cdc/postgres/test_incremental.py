@@ -130,14 +130,14 @@ def test_state_survives_the_offset_document():
     state, _ = apply_signal(
         IncrementalState(), signal("execute-snapshot", {"data-collections": ["public.orders"]}), CAPTURED
     )
-    chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, (6,)), ("id",), ("id",), 123)
+    chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, (6,)).to_text(), ("id",), ("id",), 123)
     state = IncrementalState(tables=state.tables, staged=(chunk,), applied_signals=("a",), unresolved_xids=(7,))
     offset = PostgresOffset(identity=OffsetIdentity("t", "1", "db", "slot"), incremental=state)
     assert PostgresOffset.from_json(offset.to_json()).incremental == state
 
 
 def test_a_window_must_cover_the_high_watermarks_of_the_chunks_it_emits():
-    chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, ()), ("id",), ("id",), 1)
+    chunk = StagedChunk("w-1", ORDERS, "s1", "p", 3, 10, 20, XidSnapshot(5, 9, ()).to_text(), ("id",), ("id",), 1)
     offset = PostgresOffset(
         identity=OffsetIdentity("t", "1", "db", "slot"), incremental=IncrementalState(staged=(chunk,))
     )
@@ -206,7 +206,7 @@ def _events(rows):
     )
 
 
-SNAPSHOT = XidSnapshot(50, 60, (55,))
+SNAPSHOT = XidSnapshot(50, 60, (55,)).to_text()
 
 
 def _chunk(low=100, high=200):
