@@ -8,10 +8,13 @@ read, and fails with :class:`StaleOffsetError` if the stored document moved on m
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_cdc.cdc.errors import StaleOffsetError
+from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
+
+OffsetT = TypeVar("OffsetT", bound=CaptureOffset)
 
 __all__ = ["OffsetStore", "StaleOffsetError", "load_offset", "peek_offset", "save_offset"]
 
@@ -31,14 +34,20 @@ class OffsetStore(Protocol):
         """Where the offset of ``capture`` is stored, for messages."""
 
 
-def load_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
+def load_offset(
+    store: OffsetStore, capture: str, offset_type: type[OffsetT] = PostgresOffset
+) -> OffsetT | None:  # type: ignore[assignment]
+    """The stored offset of ``capture`` as the source's offset type (PostgreSQL's by default, the
+    only one before there were two sources)."""
     text = store.load(capture)
     if text is None:
         return None
-    return PostgresOffset.from_json(text, source=store.describe(capture))
+    return offset_type.from_json(text, source=store.describe(capture))
 
 
-def peek_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
+def peek_offset(
+    store: OffsetStore, capture: str, offset_type: type[OffsetT] = PostgresOffset
+) -> OffsetT | None:  # type: ignore[assignment]
     """The stored offset, read without creating anything where the store can (setup's checks run
     before it creates anything): a store with a ``peek(capture)`` method (the state table) is read
     with it; others are loaded."""
@@ -46,10 +55,10 @@ def peek_offset(store: OffsetStore, capture: str) -> PostgresOffset | None:
     text = peek(capture) if callable(peek) else store.load(capture)
     if text is None:
         return None
-    return PostgresOffset.from_json(text, source=store.describe(capture))
+    return offset_type.from_json(text, source=store.describe(capture))
 
 
-def save_offset(store: OffsetStore, offset: PostgresOffset, *, previous: PostgresOffset | None) -> PostgresOffset:
+def save_offset(store: OffsetStore, offset: OffsetT, *, previous: CaptureOffset | None) -> OffsetT:
     """Store ``offset`` as the successor of ``previous`` (compare-and-set on the revision)."""
     expected = previous.revision if previous is not None else None
     saved = replace(offset, revision=(expected or 0) + 1)
