@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ dots. Unlike Debezium's ``_`` replacement this is reversible, so ``a.b``/``a_b``
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import quote
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
@@ -97,3 +98,16 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r})"
+
+
+def staged_topic(prefix: str, ref: Any) -> Topic:
+    """Where a window stages the incremental-snapshot chunks of table ``ref`` for the next
+    window: not a Debezium topic (the ``:`` cannot follow the prefix in a topic name) and a
+    directory of four parts (table topics have three), so it never collides with captured data."""
+    return Topic(
+        f"{prefix}:incremental:{ref.data_collection}", topic_directory(prefix, "_incremental", ref.schema, ref.name)
+    )
+
+
+def is_staged_topic(prefix: str, name: str) -> bool:
+    return name.startswith(f"{prefix}:incremental:")

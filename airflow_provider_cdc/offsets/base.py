@@ -12,7 +12,6 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_cdc.cdc.errors import StaleOffsetError
 from airflow_provider_cdc.cdc.offset import CaptureOffset
-from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
 
 OffsetT = TypeVar("OffsetT", bound=CaptureOffset)
 
@@ -34,20 +33,16 @@ class OffsetStore(Protocol):
         """Where the offset of ``capture`` is stored, for messages."""
 
 
-def load_offset(
-    store: OffsetStore, capture: str, offset_type: type[OffsetT] = PostgresOffset
-) -> OffsetT | None:  # type: ignore[assignment]
+def load_offset(store: OffsetStore, capture: str, offset_type: type[OffsetT] | None = None) -> OffsetT | None:
     """The stored offset of ``capture`` as the source's offset type (PostgreSQL's by default, the
     only one before there were two sources)."""
     text = store.load(capture)
     if text is None:
         return None
-    return offset_type.from_json(text, source=store.describe(capture))
+    return _offset_type(offset_type).from_json(text, source=store.describe(capture))
 
 
-def peek_offset(
-    store: OffsetStore, capture: str, offset_type: type[OffsetT] = PostgresOffset
-) -> OffsetT | None:  # type: ignore[assignment]
+def peek_offset(store: OffsetStore, capture: str, offset_type: type[OffsetT] | None = None) -> OffsetT | None:
     """The stored offset, read without creating anything where the store can (setup's checks run
     before it creates anything): a store with a ``peek(capture)`` method (the state table) is read
     with it; others are loaded."""
@@ -55,7 +50,15 @@ def peek_offset(
     text = peek(capture) if callable(peek) else store.load(capture)
     if text is None:
         return None
-    return offset_type.from_json(text, source=store.describe(capture))
+    return _offset_type(offset_type).from_json(text, source=store.describe(capture))
+
+
+def _offset_type(offset_type: type[OffsetT] | None) -> type[OffsetT]:
+    if offset_type is not None:
+        return offset_type
+    from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
+
+    return PostgresOffset  # type: ignore[return-value]
 
 
 def save_offset(store: OffsetStore, offset: OffsetT, *, previous: CaptureOffset | None) -> OffsetT:

@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from airflow_provider_cdc.cdc.errors import CdcError
+    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
     from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import PostgresJobSpec, StateJobSpec, job_kind
+    from airflow_provider_cdc.cdc.spec import StateJobSpec, job_kind
 
     text = Path(args.spec).read_text(encoding="utf-8")
     try:

@@ -73,3 +73,31 @@ def test_provider_is_registered_as_an_entry_point():
     }
     for module in modules:
         __import__(module)
+
+
+#: The source-neutral core and the shared Airflow layer: a second source builds on these, so they
+#: must not load any source's modules (each source is a folder under cdc/sources/).
+CORE_MODULES = [
+    "airflow_provider_cdc.cdc.positions",
+    "airflow_provider_cdc.cdc.window",
+    "airflow_provider_cdc.cdc.tables",
+    "airflow_provider_cdc.cdc.offset",
+    "airflow_provider_cdc.cdc.planning",
+    "airflow_provider_cdc.cdc.incremental",
+    "airflow_provider_cdc.cdc.runs",
+    "airflow_provider_cdc.cdc.spec",
+    "airflow_provider_cdc.cdc.naming",
+    "airflow_provider_cdc.cdc.sinks.commit_log",
+    "airflow_provider_cdc.captures.base",
+    "airflow_provider_cdc.operators.cdc",
+]
+
+
+def test_the_core_loads_no_source():
+    code = f"""
+import importlib, json, sys
+for name in {CORE_MODULES!r}:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("airflow_provider_cdc.cdc.sources."))))
+"""
+    assert json.loads(run_python(code)) == []

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import EventLayout, Op
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic, topic_directory
+from airflow_provider_cdc.cdc.naming import Topic, is_staged_topic, staged_topic
 from airflow_provider_cdc.cdc.sources.postgres.events import (
     SOURCE_BLOCK,
     EventContext,
@@ -47,18 +47,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_ID_FIELD = "chunk_id"
 
-
-def staged_topic(prefix: str, ref: TableRef) -> Topic:
-    """Where a window stages the chunks of ``ref`` for the next window: not a Debezium topic
-    (the ``:`` cannot follow the prefix in a topic name) and a directory of four parts (table
-    topics have three), so it never collides with captured data."""
-    return Topic(
-        f"{prefix}:incremental:{ref.data_collection}", topic_directory(prefix, "_incremental", ref.schema, ref.name)
-    )
-
-
-def is_staged_topic(prefix: str, name: str) -> bool:
-    return name.startswith(f"{prefix}:incremental:")
+__all__ = ["CHUNK_ID_FIELD", "is_staged_topic", "staged_topic"]
 
 
 # -- reading -----------------------------------------------------------------------------------

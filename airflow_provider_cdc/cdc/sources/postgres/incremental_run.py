@@ -36,8 +36,8 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     XidSnapshot,
     apply_signal,
 )
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef
-from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 
 log = logging.getLogger(__name__)
 

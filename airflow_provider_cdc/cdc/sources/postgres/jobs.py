@@ -37,10 +37,10 @@ from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
     read_partition,
     snapshot_facts,
 )
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, quote_ident
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
-from airflow_provider_cdc.cdc.spec import PostgresJobSpec
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.operators.postgres_cdc import (
+from airflow_provider_cdc.operators.cdc import (
     _check_covers_staged_chunks,
     _incremental_update,
     airflow_signals,

@@ -1,0 +1,1 @@
+"""Capture configurations, one module per source, on a shared base (:mod:`.base`)."""

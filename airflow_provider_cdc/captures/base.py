@@ -1,0 +1,280 @@
+"""What every capture has, whatever its source: the configuration base and one run's session.
+
+A DAG author picks the source by picking the capture class (``PostgresCapture``,
+``SqlServerCapture``); the operators are the same for all of them. Each source supplies:
+
+- a :class:`Capture` subclass: its connection and source-only settings, its offset type and
+  name rules, its setup (preflight and creating what it needs) and its run session;
+- a :class:`SourceRun`: one run's session with the source, holding the capture lock, which
+  answers the operators' questions (where does the source stand, where does a window end, what
+  does the job read) and acknowledges what landed where the source has something to acknowledge.
+
+The operators (:mod:`operators.cdc`) do the rest once for all sources: reconcile offset and
+commit log, decide run type and snapshot, plan the window, write in the invariant order (sink
+commit, then offset, then acknowledgement), report.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
+from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
+from airflow_provider_cdc.cdc.tables import NameRules, TableRef
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.offsets.base import OffsetStore
+
+OFFSET_STORES = ("variable", "state_table")
+#: A table that joins the capture after its snapshot: "incremental" snapshots it while capture
+#: continues; "fail" stops the window until a full snapshot ran (the behaviour before 0.x).
+NEW_TABLE_SNAPSHOT = ("incremental", "fail")
+
+
+@dataclass(kw_only=True)
+class Capture(ABC):
+    """The settings every capture has. See docs/operators.md for every field."""
+
+    #: Set by each source.
+    OFFSET_TYPE: ClassVar[type[CaptureOffset]]
+    NAMES: ClassVar[NameRules]
+    SOURCE_NAME: ClassVar[str]  # for messages: "PostgreSQL", "SQL Server"
+
+    tables: Sequence[str | TableRef] = ()
+    topic_prefix: str = ""
+    sink_path: str = ""
+    # Debezium's table.include.list / table.exclude.list: regular expressions on schema.table,
+    # resolved against the catalog by every task (instead of, or to filter, ``tables``).
+    table_include_list: Sequence[str] = ()
+    table_exclude_list: Sequence[str] = ()
+    snapshot_mode: str = "initial"
+    offset_store: str | OffsetStore = "variable"
+    offset_table: str = "public.airflow_cdc_offsets"
+    spark_conn_id: str | None = None
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    spark_application: str | None = None
+    max_changes_per_chunk: int = 100_000
+    snapshot_partition_bytes: int = 256 * 1024 * 1024
+    snapshot_max_partitions: int = 64
+    # SQL run (in its own transaction) before each stream window fixes its end, so its changes
+    # land in that window: Debezium's heartbeat.action.query.
+    heartbeat_action_query: str | None = None
+    # Value representation (Debezium's handling modes; "spark" time types by default).
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "spark"
+    binary_handling_mode: str = "bytes"
+    # Column selection and masking (Debezium's column.* options).
+    column_include_list: Sequence[str] = ()
+    column_exclude_list: Sequence[str] = ()
+    column_masks: Mapping[str, str] = field(default_factory=dict)
+    column_text_list: Sequence[str] = ()
+    # Incremental snapshots (docs/incremental.md): Debezium's signal.data.collection (a table with
+    # columns id, type, data), chunking, watermarks, and what happens to a table that joins the
+    # capture after its snapshot.
+    signal_table: str | TableRef | None = None
+    incremental_chunk_size: int = 50_000
+    incremental_chunks_per_run: int = 20
+    incremental_watermarks: str = "message"
+    new_table_snapshot: str = "incremental"
+
+    def __post_init__(self) -> None:
+        validate_topic_prefix(self.topic_prefix)
+        validate_snapshot_mode(self.snapshot_mode)
+        for name in ("tables", "table_include_list", "table_exclude_list"):
+            if isinstance(getattr(self, name), str):
+                raise CdcConfigurationError(f"{name} must be a list, not one string")
+        refs = tuple(TableRef.coerce(t, self.NAMES) for t in self.tables)
+        if not refs and not self.table_include_list:
+            raise CdcConfigurationError("a capture needs at least one table (tables or table_include_list)")
+        if refs and self.table_include_list:
+            raise CdcConfigurationError("give tables or table_include_list, not both")
+        for pattern in (*self.table_include_list, *self.table_exclude_list):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise CdcConfigurationError(
+                    f"table pattern {pattern!r} is not a valid regular expression: {exc}"
+                ) from None
+        duplicates = sorted({str(r) for r in refs if refs.count(r) > 1})
+        if duplicates:
+            raise CdcConfigurationError(f"tables listed more than once: {', '.join(duplicates)}")
+        self.tables = refs
+        self.validate_source()
+        if not self.sink_path or not str(self.sink_path).strip():
+            raise CdcConfigurationError("sink_path is required (a local directory or a Hadoop URI)")
+        if self.heartbeat_action_query is not None and not str(self.heartbeat_action_query).strip():
+            raise CdcConfigurationError("heartbeat_action_query is empty: give a SQL statement or None")
+        if isinstance(self.offset_store, str) and self.offset_store not in OFFSET_STORES:
+            raise CdcConfigurationError(
+                f"offset_store {self.offset_store!r} is not one of {', '.join(OFFSET_STORES)} "
+                "(or an OffsetStore instance)"
+            )
+        if self.offset_store == "state_table":
+            try:
+                TableRef.parse(self.offset_table, self.NAMES)
+            except CdcConfigurationError as exc:
+                raise CdcConfigurationError(f"offset_table {self.offset_table!r} is invalid: {exc}") from None
+        if self.signal_table is not None:
+            try:
+                TableRef.coerce(self.signal_table, self.NAMES)
+            except CdcConfigurationError as exc:
+                raise CdcConfigurationError(f"signal_table {self.signal_table!r} is invalid: {exc}") from None
+        validate_watermarks(self.incremental_watermarks, self.signal_table_ref)
+        if self.new_table_snapshot not in NEW_TABLE_SNAPSHOT:
+            raise CdcConfigurationError(
+                f"new_table_snapshot {self.new_table_snapshot!r} is not one of {', '.join(NEW_TABLE_SNAPSHOT)}"
+            )
+        self.capture_options()  # validates the tuning knobs
+        self.event_settings()  # validates modes, patterns and masking rules
+
+    # -- what each source supplies ---------------------------------------------------------------
+
+    @abstractmethod
+    def validate_source(self) -> None:
+        """Check the source's own settings (connection id, slot names, ...) at DAG parse."""
+
+    @property
+    @abstractmethod
+    def conn_id(self) -> str:
+        """The Airflow connection of the source database."""
+
+    @abstractmethod
+    def position(self, text: str) -> Position:
+        """A position the user typed (e.g. ``upto_lsn``), in the source's own text form."""
+
+    @abstractmethod
+    def event_settings(self) -> Any:
+        """How the source's values become event values (handling modes, column rules)."""
+
+    @abstractmethod
+    def store(self) -> OffsetStore:
+        """Where the offset lives."""
+
+    @abstractmethod
+    def setup(self, log: logging.Logger) -> dict[str, Any]:
+        """Preflight (every problem in one error, nothing created before it passes), then create
+        what the capture needs on the source, idempotently. Returns the setup task's summary."""
+
+    @abstractmethod
+    def open_run(self, log: logging.Logger) -> AbstractContextManager[SourceRun]:
+        """One run's session with the source, holding the capture lock for its duration."""
+
+    @abstractmethod
+    def resolve_tables_now(self) -> tuple[TableRef, ...]:
+        """The tables this capture reads now (opens a session when patterns are used)."""
+
+    @abstractmethod
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's errors for a session that died (a retry may succeed)."""
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    @property
+    def streams(self) -> bool:
+        """Does this capture stream changes (every snapshot mode but ``initial_only``)?"""
+        return streams(self.snapshot_mode)
+
+    @property
+    def table_refs(self) -> tuple[TableRef, ...]:
+        """The explicitly listed tables (empty when the capture uses table_include_list)."""
+        return tuple(self.tables)  # type: ignore[arg-type]
+
+    @property
+    def signal_table_ref(self) -> TableRef | None:
+        return None if self.signal_table is None else TableRef.coerce(self.signal_table, self.NAMES)
+
+    def capture_options(self) -> CaptureOptions:
+        return CaptureOptions(
+            max_changes_per_chunk=self.max_changes_per_chunk,
+            snapshot_partition_bytes=self.snapshot_partition_bytes,
+            snapshot_max_partitions=self.snapshot_max_partitions,
+            idle_timeout_seconds=getattr(self, "idle_timeout_seconds", 300.0),
+            incremental_chunk_size=self.incremental_chunk_size,
+            incremental_chunks_per_run=self.incremental_chunks_per_run,
+        )
+
+    def spark_options(self) -> SparkOptions:
+        return SparkOptions(master=self.spark_master, conf=dict(self.spark_conf))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "topic_prefix": self.topic_prefix,
+            "tables": [r.data_collection for r in self.table_refs] or {"include": list(self.table_include_list)},
+            "snapshot_mode": self.snapshot_mode,
+            "sink_path": self.sink_path,
+        }
+
+
+class SourceRun(ABC):
+    """One run's session with the source (opened by :meth:`Capture.open_run`, holding the lock).
+
+    ``identity`` pins the offset to this server and database; ``tables`` are the tables the run
+    reads (resolved when the run starts)."""
+
+    identity: OffsetIdentity
+    tables: tuple[TableRef, ...]
+
+    @abstractmethod
+    def status(self) -> Any:
+        """The source's view of this capture now (PostgreSQL: the slot; None where it has none)."""
+
+    @abstractmethod
+    def unavailable(self, offset: CaptureOffset | None, status: Any) -> tuple[str, str] | None:
+        """``(gap reason, why)`` when the source can no longer deliver the changes after ``offset``
+        (a lost slot, purged change rows); None when it can."""
+
+    @abstractmethod
+    def prepare_snapshot(self, decision: SnapshotDecision, status: Any) -> None:
+        """Make the source ready for a snapshot that is due (PostgreSQL: the slot it continues from)."""
+
+    @abstractmethod
+    def gap(self, decision: SnapshotDecision, offset: CaptureOffset | None, status: Any, now_ms: int) -> CaptureGap:
+        """The record of changes lost, for a snapshot that re-snapshots because of them."""
+
+    @abstractmethod
+    def plan_stream(self, offset: CaptureOffset | None, requested: Position | None, now_ms: int) -> StreamPlan:
+        """The next stream window: ``requested`` end, or the source's current position."""
+
+    @abstractmethod
+    def heartbeat(self, query: str) -> None:
+        """Run ``heartbeat_action_query`` in its own transaction."""
+
+    @abstractmethod
+    def acknowledge(self, position: Position) -> Position | None:
+        """Tell the source everything before ``position`` landed (None: nothing to tell it)."""
+
+    @abstractmethod
+    def finish_landed(self, offset: CaptureOffset | None) -> None:
+        """Before a replayed run reports: bring the acknowledgement up to the stored offset (a run
+        stopped after storing it), failing when the source moved past it."""
+
+    @abstractmethod
+    def window_detail(self, window: Window, status: Any) -> str:
+        """What the window's log line adds for this source (e.g. bytes of WAL and slot lag)."""
+
+    @abstractmethod
+    def lag(self) -> int | None:
+        """How far the capture is behind after the window (bytes of WAL; None where unknown)."""
+
+    @abstractmethod
+    def job_spec(
+        self,
+        window: Window,
+        offset: CaptureOffset | None,
+        *,
+        run: dict[str, Any] | None,
+        checkpoint: dict[str, Any] | None,
+        gap: CaptureGap | None = None,
+    ) -> Any:
+        """The job spec that reads ``window`` (``offset``: the offset it was planned from)."""

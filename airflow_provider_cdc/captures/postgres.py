@@ -1,0 +1,378 @@
+"""A PostgreSQL capture: its settings, its setup, and one run's session (the slot's side).
+
+``PostgresCapture`` is what DAG authors write (validated at DAG parse, no I/O, no Spark);
+:class:`PostgresRun` is how the shared operators talk to PostgreSQL during a run: the advisory
+capture lock, the slot (status, creation for a snapshot, acknowledgement), the window's end
+(``pg_current_wal_insert_lsn()``) and the job spec.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_cdc.captures.base import Capture, SourceRun
+from airflow_provider_cdc.cdc.columns import ColumnRules
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
+from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.offset import CaptureOffset
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.sinks.storage import check_writable
+from airflow_provider_cdc.cdc.sources.postgres import admin, planning
+from airflow_provider_cdc.cdc.sources.postgres.admin import PUBLICATION_MODES
+from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
+from airflow_provider_cdc.cdc.sources.postgres.types import DEFAULT_PLACEHOLDER, ValueModes
+from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
+from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook, PreflightReport
+
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+@dataclass
+class PostgresCapture(Capture):
+    """Configuration of one PostgreSQL capture. See docs/operators.md for every field."""
+
+    OFFSET_TYPE: ClassVar[type[CaptureOffset]] = PostgresOffset
+    NAMES = POSTGRES_NAMES
+    SOURCE_NAME = "PostgreSQL"
+
+    postgres_conn_id: str
+    slot_name: str | None = None
+    publication_name: str | None = None
+    publication_autocreate_mode: str = "filtered"
+    idle_timeout_seconds: float = 300.0
+    # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
+    slot_release_timeout_seconds: float = 30.0
+    hstore_handling_mode: str = "json"
+    interval_handling_mode: str = "numeric"
+    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
+    message_prefix_include_list: Sequence[str] = ()
+    message_prefix_exclude_list: Sequence[str] = ()
+
+    def validate_source(self) -> None:
+        if self.publication_autocreate_mode not in PUBLICATION_MODES:
+            raise CdcConfigurationError(
+                f"publication_autocreate_mode {self.publication_autocreate_mode!r} is not one of "
+                f"{', '.join(PUBLICATION_MODES)}"
+            )
+        if not _SLOT_NAME.match(self.resolved_slot_name):
+            raise CdcConfigurationError(
+                f"slot_name {self.resolved_slot_name!r} is invalid: PostgreSQL slot names use only "
+                "lower-case letters, digits and '_', at most 63 characters"
+            )
+        if not self.postgres_conn_id:
+            raise CdcConfigurationError("postgres_conn_id is required")
+
+    @property
+    def conn_id(self) -> str:
+        return self.postgres_conn_id
+
+    def position(self, text: str) -> Lsn:
+        return Lsn(text)
+
+    def hook(self) -> PostgresCdcHook:
+        from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+
+        return PostgresCdcHook(self.postgres_conn_id)
+
+    def resolve_tables(self, conn) -> tuple[TableRef, ...]:
+        """The tables this capture reads now (explicit list or patterns against the catalog)."""
+        return admin.resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
+
+    def resolve_tables_now(self) -> tuple[TableRef, ...]:
+        if self.table_refs:
+            return self.table_refs
+        with self.hook().session() as conn:
+            return self.resolve_tables(conn)
+
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.OperationalError,)
+
+    @property
+    def resolved_slot_name(self) -> str:
+        return self.slot_name or f"cdc_{self.topic_prefix.lower()}"[:63]
+
+    @property
+    def resolved_publication_name(self) -> str:
+        return self.publication_name or f"cdc_{self.topic_prefix.lower()}"
+
+    def identity(self, system_identifier: str, database: str) -> OffsetIdentity:
+        return OffsetIdentity(self.topic_prefix, system_identifier, database, self.resolved_slot_name)
+
+    def store(self) -> OffsetStore:
+        if not isinstance(self.offset_store, str):
+            return self.offset_store
+        if self.offset_store == "state_table":
+            from airflow_provider_cdc.offsets.state_table import PostgresStateTableOffsetStore
+
+            return PostgresStateTableOffsetStore(self.postgres_conn_id, self.offset_table)
+        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+        return VariableOffsetStore()
+
+    def event_settings(self) -> EventSettings:
+        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
+            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
+        return EventSettings(
+            modes=ValueModes(
+                decimal=self.decimal_handling_mode,
+                time_precision=self.time_precision_mode,
+                binary=self.binary_handling_mode,
+                hstore=self.hstore_handling_mode,
+                interval=self.interval_handling_mode,
+                unavailable_value_placeholder=self.unavailable_value_placeholder,
+            ),
+            columns=ColumnRules.from_options(
+                include=tuple(self.column_include_list),
+                exclude=tuple(self.column_exclude_list),
+                debezium_properties=self.column_masks,
+                as_text=tuple(self.column_text_list),
+            ),
+            message_prefix_include=tuple(self.message_prefix_include_list),
+            message_prefix_exclude=tuple(self.message_prefix_exclude_list),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        return {
+            "topic_prefix": described.pop("topic_prefix"),
+            "slot": self.resolved_slot_name,
+            "publication": self.resolved_publication_name,
+            **described,
+        }
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def setup(self, log: logging.Logger) -> dict[str, Any]:
+        """Preflight checks, then idempotent creation of the publication and the slot."""
+        from airflow_provider_cdc.offsets.base import load_offset
+
+        hook = self.hook()
+        streams = self.streams
+        report, published = self._setup_preflight(hook, streams)
+        load_offset(self.store(), self.topic_prefix)  # a state-table store creates its table
+        publication = hook.ensure_publication(
+            self.resolved_publication_name, published, self.publication_autocreate_mode
+        )
+        slot_created = hook.ensure_slot(self.resolved_slot_name)[1] if streams else False
+        keep_size = hook.max_slot_wal_keep_size() if slot_created else None
+        server, tables = report.server, report.tables
+        log.info(
+            "capture %s ready: publication %r %s, slot %r %s, %d table(s)",
+            self.topic_prefix,
+            self.resolved_publication_name,
+            publication,
+            self.resolved_slot_name,
+            "created" if slot_created else "present" if streams else "not needed",
+            len(tables),
+        )
+        if keep_size is not None and keep_size < 0:  # said once per capture: when its slot is created
+            log.warning(
+                "max_slot_wal_keep_size is -1 (unlimited) on this server: if runs stop, slot %r keeps all WAL "
+                "written since its last window until the disk fills. Set max_retained_bytes on the slot health "
+                "check, or a keep size on the server (see docs/reliability.md#slot-and-wal-health)",
+                self.resolved_slot_name,
+            )
+        return {
+            **self.describe(),
+            "publication_action": publication,
+            "slot_created": slot_created,
+            "server_version": server.version_num,
+            "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in tables.items()},
+        }
+
+    def _setup_preflight(self, hook: PostgresCdcHook, streams: bool) -> tuple[PreflightReport, list[TableRef]]:
+        """Setup's checks, run before anything is created: every problem found is raised in one
+        error, each with its fix. Returns the report and the tables to publish."""
+        problems = Problems("setup")
+        with problems.check():
+            check_writable(self.sink_path)
+        tables: tuple[TableRef, ...] = ()
+        with hook.session() as conn, problems.check():
+            tables = self.resolve_tables(conn)
+        report = hook.preflight(tables, slot_name=self.resolved_slot_name if streams else None, problems=problems)
+        for described in report.tables.values():  # column filters and masks that cannot apply
+            with problems.check():
+                TableEncoder(described, described.columns, self.event_settings())
+        published = list(tables)
+        signal = self.signal_table_ref
+        if signal is not None:
+            with hook.session() as conn, problems.check():
+                described_signal = admin.describe_tables(conn, [signal])[signal]
+                problems.add(
+                    admin.check_signal_table(conn, described_signal, self.incremental_watermarks),
+                    heading="the signal table cannot be used",
+                )
+            if signal not in published:
+                published.append(signal)  # signals are read from the stream, like Debezium
+        store = self.store()
+        with problems.check():
+            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)  # malformed, or another capture's
+            if stored is not None:
+                stored.check_identity(
+                    self.identity(report.server.system_identifier, report.server.database),
+                    source=store.describe(self.topic_prefix),
+                )
+        existing = [r for r in published if r in report.tables or r == signal]
+        if existing:  # no table found: that problem is reported already, the publication's would be noise
+            problems.add(
+                hook.publication_problems(self.resolved_publication_name, existing, self.publication_autocreate_mode),
+                PublicationError,
+            )
+        problems.raise_if_any()
+        return report, published
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def open_run(self, log: logging.Logger) -> Iterator[PostgresRun]:
+        hook = self.hook()
+        with hook.capture_lock(self.topic_prefix) as conn:
+            server = admin.server_info(conn)
+            run = PostgresRun(self, hook, conn, self.identity(server.system_identifier, server.database))
+            # A run killed moments ago may still have a walsender on the slot: let it go away.
+            admin.wait_for_slot_release(conn, self.resolved_slot_name, timeout=self.slot_release_timeout_seconds)
+            run.tables = self.resolve_tables(conn)
+            yield run
+
+
+class PostgresRun(SourceRun):
+    """One run's session with PostgreSQL, on the connection holding the capture lock."""
+
+    def __init__(self, capture: PostgresCapture, hook: PostgresCdcHook, conn: Any, identity: OffsetIdentity):
+        self.capture = capture
+        self.hook = hook
+        self.conn = conn
+        self.identity = identity
+        self.tables = ()
+
+    @property
+    def slot_name(self) -> str:
+        return self.capture.resolved_slot_name
+
+    def status(self) -> admin.SlotStatus | None:
+        return admin.slot_status(self.conn, self.slot_name)
+
+    def unavailable(self, offset: CaptureOffset | None, status: admin.SlotStatus | None) -> tuple[str, str] | None:
+        return planning.slot_unavailable(offset, status)  # type: ignore[arg-type]
+
+    def prepare_snapshot(self, decision: SnapshotDecision, status: admin.SlotStatus | None) -> None:
+        """The slot the stream continues from after the snapshot: recreated when its WAL was lost
+        (``when_needed``), created when missing (``when_needed``), else required and verified."""
+        capture = self.capture
+        if not capture.streams:
+            return
+        database = self.identity.database
+        slot = status
+        if slot is not None and slot.wal_lost and capture.snapshot_mode == "when_needed":
+            logging.getLogger(__name__).warning("dropping slot %r: its WAL was lost", slot.slot_name)
+            admin.drop_slot(self.conn, slot.slot_name)
+            slot = None
+        if slot is None and capture.snapshot_mode != "when_needed":
+            admin.require_slot(self.conn, self.slot_name, database)
+        if slot is None:
+            admin.ensure_slot(self.conn, self.slot_name, database)
+            logging.getLogger(__name__).warning("created replication slot %r", self.slot_name)
+        else:
+            admin.verify_slot(slot, database)
+
+    def gap(
+        self, decision: SnapshotDecision, offset: CaptureOffset | None, status: admin.SlotStatus | None, now_ms: int
+    ) -> CaptureGap:
+        assert decision.gap_reason is not None
+        return CaptureGap(
+            reason=decision.gap_reason,
+            detail=decision.reason,
+            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
+            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
+            slot_confirmed_lsn=None
+            if status is None or status.confirmed_flush_lsn is None
+            else str(status.confirmed_flush_lsn),
+            wal_status=None if status is None else status.wal_status,
+            detected_ts_ms=now_ms,
+        )
+
+    def plan_stream(self, offset: CaptureOffset | None, requested: Any, now_ms: int) -> StreamPlan:
+        slot = admin.require_slot(self.conn, self.slot_name, self.identity.database)
+        current = admin.current_lsn(self.conn)
+        self._slot_before = slot
+        return planning.plan_stream_window(
+            mode=self.capture.snapshot_mode,
+            offset=offset,  # type: ignore[arg-type]
+            slot=slot,
+            identity=self.identity,
+            target=requested if requested is not None else current,
+            current_lsn=current,
+            now_ms=now_ms,
+        )
+
+    def heartbeat(self, query: str) -> None:
+        admin.run_heartbeat(self.conn, query)
+
+    def acknowledge(self, position: Any) -> Lsn:
+        return admin.advance_slot(self.conn, self.slot_name, Lsn(position))
+
+    def finish_landed(self, offset: CaptureOffset | None) -> None:
+        slot = self.status()
+        if slot is not None and offset is not None:
+            planning.check_slot_not_ahead(slot, offset)  # type: ignore[arg-type]  # a broken capture is never fine
+        committed = offset.lsn if offset is not None else None
+        confirmed = slot.confirmed_flush_lsn if slot is not None else None
+        if committed is not None and confirmed is not None and confirmed < committed:
+            self.acknowledge(committed)  # a crashed run stopped after storing its offset
+
+    def window_detail(self, window: Window, status: Any) -> str:
+        slot = getattr(self, "_slot_before", None)
+        wal = (window.to_lsn or 0) - (window.from_lsn or 0)
+        return f", {wal} bytes of WAL; slot lag before the run: {None if slot is None else slot.pending_bytes} bytes"
+
+    def lag(self) -> int | None:
+        after = self.status()
+        return None if after is None else after.pending_bytes
+
+    def job_spec(
+        self,
+        window: Window,
+        offset: CaptureOffset | None,
+        *,
+        run: dict[str, Any] | None,
+        checkpoint: dict[str, Any] | None,
+        gap: CaptureGap | None = None,
+    ) -> PostgresJobSpec:
+        capture = self.capture
+        return PostgresJobSpec(
+            topic_prefix=capture.topic_prefix,
+            connection=self.hook.connection_info,
+            slot_name=capture.resolved_slot_name,
+            publication_name=capture.resolved_publication_name,
+            tables=self.tables,
+            window=window,
+            sink_path=capture.sink_path,
+            previous_commit_lsn=offset.lsn_commit if offset else None,  # type: ignore[arg-type]
+            options=capture.capture_options(),
+            spark=capture.spark_options(),
+            events=capture.event_settings(),
+            incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
+            signal_table=capture.signal_table_ref,
+            incremental_watermarks=capture.incremental_watermarks,
+            run=run,
+            checkpoint=checkpoint,
+            gap=gap,
+        )
+
+
+__all__ = ["PostgresCapture", "PostgresRun"]

@@ -1,0 +1,645 @@
+"""The operators of every capture, whatever its source: setup → snapshot → window batch, and
+the current-state fold.
+
+Each is thin: it decides (with the engine's pure planning functions), runs the job from one
+spec, and records progress in the fixed order *sink commit → offset → acknowledgement* (where
+the source has one: PostgreSQL's slot). What differs per source is behind the capture object
+(:mod:`airflow_provider_cdc.captures`): its setup and its run session. Engine errors marked
+terminal (bad configuration, lost slot, inconsistent offsets) fail the task without retries;
+transient ones (a dropped connection) are left to Airflow's retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from airflow_provider_cdc.captures.base import Capture, SourceRun
+from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.incremental import (
+    IncrementalState,
+    Signal,
+    SignalError,
+    TableProgress,
+    apply_signal,
+    remember_applied,
+)
+from airflow_provider_cdc.cdc.naming import Topic, gap_topic, is_staged_topic, side_topics
+from airflow_provider_cdc.cdc.offset import CaptureOffset
+from airflow_provider_cdc.cdc.planning import (
+    checkpoint,
+    decide_snapshot,
+    offset_after_commit,
+    plan_snapshot_window,
+    reconcile,
+)
+from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.runs import RunDecision, RunInterval, decide, state_target
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
+from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
+from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.offsets.base import load_offset, save_offset
+from airflow_provider_cdc.operators.runs import run_interval
+from airflow_provider_cdc.version_compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+    BaseOperator,
+    Context,
+)
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def fail_fast_on_terminal_errors(capture: Capture | None = None) -> Iterator[None]:
+    """Terminal engine errors fail the task without retries; a source session that died mid-run
+    becomes a (retryable) CdcTransientError that says so; others propagate unchanged.
+
+    The replacement carries the original's message and traceback (where the engine raised it)
+    and is not chained to it, so the task log shows one traceback, not a "direct cause" pair.
+    """
+    from airflow_provider_cdc.cdc.errors import CdcTransientError
+
+    lost = capture.connection_errors() if capture is not None else _postgres_connection_errors()
+    source = capture.SOURCE_NAME if capture is not None else "PostgreSQL"
+    try:
+        yield
+    except CdcError as exc:
+        if exc.terminal:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}").with_traceback(exc.__traceback__) from None
+        raise
+    except lost as exc:  # a session of the run died: server restart, network, kill
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise CdcTransientError(
+            f"lost the connection to {source} during the run ({type(exc).__name__}: {detail}); "
+            "nothing past the stored offset was acknowledged, a retry continues from there"
+        ).with_traceback(exc.__traceback__) from None
+
+
+def _postgres_connection_errors() -> tuple[type[BaseException], ...]:
+    import psycopg
+
+    return (psycopg.OperationalError,)
+
+
+class CdcCaptureOperator(BaseOperator):
+    """Base of the operators that act on one capture (any source)."""
+
+    ui_color = "#d4ecff"
+
+    def __init__(self, *, capture: Capture, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(capture, Capture):
+            raise CdcConfigurationError(
+                f"capture must be a capture object (e.g. PostgresCapture), got {type(capture).__name__}"
+            )
+        self.capture = capture
+
+    def hook(self) -> Any:
+        return self.capture.hook()  # type: ignore[attr-defined]
+
+
+_CaptureOperator = CdcCaptureOperator  # the name source-specific maintenance operators extend
+
+
+class CdcSetupOperator(CdcCaptureOperator):
+    """Preflight checks, then idempotent creation of what the capture needs on the source
+    (PostgreSQL: the publication and the slot).
+
+    Fails with one error listing every problem found, each with its fix (server settings and
+    privileges, tables that do not exist or cannot emit complete update/delete events, missing
+    grants, the source's own objects, the sink path, column masks, the stored offset), before
+    anything is created.
+    """
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with fail_fast_on_terminal_errors(self.capture):
+            return self.capture.setup(self.log)
+
+
+class _WindowOperator(CdcCaptureOperator):
+    """Shared run logic of the snapshot and window operators (subclasses define ``_run``)."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with fail_fast_on_terminal_errors(self.capture):
+            return self._run(context)  # type: ignore[attr-defined]
+
+    @contextmanager
+    def _state(self) -> Iterator[_RunState]:
+        capture = self.capture
+        with capture.open_run(self.log) as source:
+            store = capture.store()
+            check_writable(capture.sink_path)
+            commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
+            stored = load_offset(store, capture.topic_prefix, capture.OFFSET_TYPE)
+            reconciled = reconcile(
+                stored,
+                commit_log.latest(),
+                source.identity,
+                offset_type=capture.OFFSET_TYPE,
+                source=store.describe(capture.topic_prefix),
+                committed=commit_log.committed,
+            )
+            for note in reconciled.notes:
+                self.log.warning("%s", note)
+            yield _RunState(capture, source, store, commit_log, stored, reconciled.offset)
+
+    def _decide(self, state: _RunState, context: Context, kind: str) -> RunDecision:
+        """Capture, or report what landed (a backfill, or a re-run of a run that landed)."""
+        decision = decide(run_interval(context), _landed_runs(state.offset), kind, state.commit_log.committed)
+        self.log.info("%s", decision.reason)
+        return decision
+
+    def _report_landed(self, state: _RunState, decision: RunDecision, nothing_landed: str) -> dict[str, Any]:
+        """A replay: finish what a crashed run left, then return the summary of the windows the
+        decision found; skipped (saying why) when none landed. Never reads the source's changes."""
+        self._finish_landed(state, acknowledge=self.capture.streams)
+        landed = decision.landed
+        if not landed:
+            raise AirflowSkipException(f"{decision.reason}: {nothing_landed}")
+        summary = _summary(landed[-1], self.capture, confirmed_lsn=None, lag=None)
+        summary.update(replayed=True, windows=[e.window_id for e in landed])
+        self.log.info(
+            "window(s) %s reported from the sink: nothing read from the source or the slot",
+            ", ".join(summary["windows"]),
+        )
+        return summary
+
+    def _finish_landed(self, state: _RunState, *, acknowledge: bool = True) -> None:
+        """Before reporting what landed: finish what a crashed run left (store the rolled-forward
+        offset, acknowledge up to it); a source that moved past the offset still fails."""
+        if state.offset is not None and state.offset != state.stored:
+            state.save(state.offset)
+        if acknowledge:
+            state.source.finish_landed(state.offset)
+
+    def _spec(
+        self, state: _RunState, window: Window, offset: CaptureOffset | None, interval: RunInterval | None = None
+    ) -> Any:
+        return state.source.job_spec(
+            window,
+            offset,
+            run=None if interval is None else interval.to_dict(),
+            checkpoint=None if state.offset is None else checkpoint(state.offset),
+        )
+
+    def _run_job(self, spec: Any) -> CommitEntry:
+        from airflow_provider_cdc import spark_runner
+
+        capture = self.capture
+        if capture.spark_conn_id is None:
+            return spark_runner.run_embedded(spec)
+        try:
+            return spark_runner.run_submitted(
+                spec,
+                spark_conn_id=capture.spark_conn_id,
+                conf=dict(capture.spark_conf),
+                application=capture.spark_application,
+            )
+        except AirflowException as exc:
+            if "Error code is: 2." in str(exc):  # the job's exit code for terminal engine errors
+                raise AirflowFailException(f"the capture job failed permanently: {exc}") from exc
+            raise
+
+
+class _RunState:
+    """Offsets, commit log and source session of one run, written in the invariant order."""
+
+    def __init__(
+        self,
+        capture: Capture,
+        source: SourceRun,
+        store: Any,
+        commit_log: CommitLog,
+        stored: CaptureOffset | None,
+        offset: CaptureOffset | None,
+    ):
+        self.capture = capture
+        self.source = source
+        self.identity = source.identity
+        self.tables: tuple[TableRef, ...] = source.tables
+        self.store = store
+        self.commit_log = commit_log
+        self.stored = stored
+        self.offset = offset
+
+    def save(self, offset: CaptureOffset) -> CaptureOffset:
+        self.stored = save_offset(self.store, offset, previous=self.stored)
+        self.offset = self.stored
+        return self.stored
+
+    def acknowledge(self, position: Position) -> Position | None:
+        return self.source.acknowledge(position)
+
+
+class CdcSnapshotOperator(_WindowOperator):
+    """Initial (or repeated) consistent snapshot, per ``snapshot_mode``; skipped when not due.
+
+    Rows are read in parallel Spark partitions pinned to one consistent point of the source
+    (PostgreSQL: a snapshot exported by a temporary slot, after which the capture's slot is
+    acknowledged at the snapshot's consistent point, where the next stream window starts).
+    """
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        capture = self.capture
+        interval = run_interval(context)
+        with self._state() as state:
+            decision = self._decide(state, context, "snapshot")
+            if decision.replay:
+                return self._replay(state, decision)
+            source = state.source
+            status = source.status()
+            decision = decide_snapshot(capture.snapshot_mode, state.offset, source.unavailable(state.offset, status))
+            if not decision.run:
+                if state.offset is not None and state.offset != state.stored:
+                    state.save(state.offset)  # record a roll-forward found while deciding
+                raise AirflowSkipException(decision.reason)
+            self.log.info("snapshot due: %s", decision.reason)
+            gap = None if decision.gap_reason is None else source.gap(decision, state.offset, status, _now_ms())
+            if gap is not None:
+                self.log.warning(
+                    "capture %s lost changes after %s (%s): re-snapshotting; the gap is recorded in %s",
+                    capture.topic_prefix,
+                    gap.last_lsn,
+                    gap.reason,
+                    gap_topic(capture.topic_prefix),
+                )
+            source.prepare_snapshot(decision, status)
+            window, pending = plan_snapshot_window(
+                state.offset, state.identity, offset_type=capture.OFFSET_TYPE, now_ms=_now_ms()
+            )
+            # Remember which tables the snapshot covers (a table that joins later has none). Stored
+            # with the pending window, so a run that stops after the sink commit keeps it too.
+            pending = replace(pending, extra={**pending.extra, "tables": [r.to_json() for r in state.tables]})
+            state.save(pending)
+            faults.point("operator.pending_saved")
+            entry = self._run_job(replace(self._spec(state, window, state.offset, interval), gap=gap))
+            state.save(offset_after_commit(state.offset, entry, state.identity, offset_type=capture.OFFSET_TYPE))
+            faults.point("operator.offset_saved")
+            confirmed = None
+            if capture.streams:
+                assert entry.window.to_lsn is not None
+                confirmed = state.acknowledge(entry.window.to_lsn)
+                faults.point("operator.acknowledged")
+            summary = _summary(entry, capture, confirmed_lsn=confirmed, lag=None)
+        self.log.info("snapshot committed: %s", summary)
+        return summary
+
+    def _replay(self, state: _RunState, decision: RunDecision) -> dict[str, Any]:
+        """A backfill, or a re-run of a run whose snapshot landed: nothing is read."""
+        return self._report_landed(
+            state, decision, "nothing to report (an incremental snapshot repairs a table, see docs/incremental.md)"
+        )
+
+
+class CdcBatchOperator(_WindowOperator):
+    """One stream window: changes committed in ``[offset, upto_lsn)``, written, then acknowledged.
+
+    The window also carries the capture's incremental snapshot (docs/incremental.md): it emits
+    the chunks the previous window read, applies signals, and reads the next chunks.
+
+    :param capture: the capture's configuration
+    :param upto_lsn: end of the window (exclusive, on commit positions, in the source's text form);
+        default: the source's current position at run start. Templated.
+    :param signals: Debezium signals to apply before the window, e.g.
+        ``[{"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}]``
+        (a list of objects, or its JSON). Signals in the DAG run's conf under ``cdc_signals`` are
+        applied too. Each is applied once, also when the task is retried. Templated.
+    """
+
+    template_fields: Sequence[str] = ("upto_lsn", "signals")
+
+    def __init__(
+        self,
+        *,
+        capture: Capture,
+        upto_lsn: str | None = None,
+        signals: Sequence[dict[str, Any]] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # Runs after a snapshot task that is skipped once the snapshot exists.
+        kwargs.setdefault("trigger_rule", "none_failed")
+        super().__init__(capture=capture, **kwargs)
+        self.upto_lsn = upto_lsn
+        self.signals = signals
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        capture = self.capture
+        if not capture.streams:
+            raise AirflowSkipException("snapshot_mode='initial_only': this capture does not stream")
+        try:
+            requested = capture.position(str(self.upto_lsn)) if self.upto_lsn not in (None, "") else None
+        except InvalidLsnError as exc:
+            raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
+        signals = airflow_signals(self.signals, context, self.task_id)
+        interval = run_interval(context)
+        with self._state() as state:
+            decision = self._decide(state, context, "stream")
+            if decision.replay:
+                return self._replay(state, decision, signals)
+            source = state.source
+            new_tables = self._tables_without_snapshot(state)
+            plan = source.plan_stream(state.offset, requested, _now_ms())  # validates before the heartbeat writes
+            _check_covers_staged_chunks(plan.window, state.offset)
+            # Signals and new tables are checked here too, before anything is written.
+            incremental, known_tables, applied = _incremental_update(state.offset, signals, new_tables, state.tables)
+            retrying = state.offset is not None and plan.window == state.offset.pending
+            if capture.heartbeat_action_query and not retrying:
+                source.heartbeat(capture.heartbeat_action_query)
+                if requested is None:
+                    plan = source.plan_stream(state.offset, None, _now_ms())  # an end after the heartbeat
+            for note in plan.notes:
+                self.log.warning("%s", note)
+            offset = plan.offset
+            if incremental is not None:
+                offset = replace(offset, incremental=incremental, extra={**offset.extra, **known_tables})
+            for note in applied:
+                self.log.info("%s", note)
+            if plan.acknowledge_first is not None:
+                state.acknowledge(plan.acknowledge_first)
+            state.save(offset)
+            faults.point("operator.pending_saved")
+            self.log.info(
+                "window %s: [%s, %s)%s",
+                plan.window.window_id,
+                plan.window.from_lsn,
+                plan.window.to_lsn,
+                source.window_detail(plan.window, None),
+            )
+            entry = self._run_job(self._spec(state, plan.window, offset, interval))
+            state.save(offset_after_commit(state.offset, entry, state.identity, offset_type=capture.OFFSET_TYPE))
+            faults.point("operator.offset_saved")
+            assert entry.window.to_lsn is not None
+            confirmed = state.acknowledge(entry.window.to_lsn)
+            faults.point("operator.acknowledged")
+            summary = _summary(entry, capture, confirmed_lsn=confirmed, lag=source.lag())
+        self.log.info(
+            "window %s committed: %d changes in %d transactions; now %s bytes behind",
+            entry.window_id,
+            summary["changes"],
+            summary["transactions"],
+            summary["bytes_behind"],
+        )
+        return summary
+
+    def _replay(self, state: _RunState, decision: RunDecision, signals: Sequence[Signal]) -> dict[str, Any]:
+        """A backfill, or a re-run of a run whose window landed: finish what a crashed run left
+        (roll the offset forward, acknowledge), then report what landed. Never reads changes."""
+        if signals:
+            self.log.warning("signals are not applied by a replayed run: %s", [s.describe() for s in signals])
+        if self.upto_lsn not in (None, ""):
+            self.log.warning("upto_lsn %s is ignored: a replayed run reads nothing", self.upto_lsn)
+        return self._report_landed(
+            state,
+            decision,
+            "a capture only moves forward and never re-reads the slot for a past interval (its changes are in "
+            "the windows of the runs around it; an incremental snapshot repairs a table, see docs/incremental.md)",
+        )
+
+    def _tables_without_snapshot(self, state: _RunState) -> list[TableRef]:
+        """Tables that joined the capture after its snapshot: snapshotted incrementally (the
+        default), or refused with ``new_table_snapshot='fail'``."""
+        snapshotted = state.offset.extra.get("tables") if state.offset is not None else None
+        if snapshotted is None or self.capture.snapshot_mode == "never":
+            return []
+        known = {TableRef(*t) for t in snapshotted}
+        new = [r for r in state.tables if r not in known]
+        if new and self.capture.new_table_snapshot == "fail":
+            raise SnapshotRequiredError(
+                f"table(s) {', '.join(map(str, new))} joined capture {self.capture.topic_prefix!r} after its "
+                "snapshot: their existing rows were never captured. Run the snapshot once more "
+                "(snapshot_mode='always' for one run) before streaming them, remove them from the capture, "
+                "or set new_table_snapshot='incremental'."
+            )
+        return new
+
+
+class CdcCurrentStateOperator(CdcCaptureOperator):
+    """Maintain current-state tables of captured tables from the committed change windows.
+
+    Each run folds the windows committed since the last run into the state (deletes remove rows,
+    key changes move them, truncates clear the table, unchanged TOAST values are kept); running
+    it again without new windows changes nothing. With ``as_of_window`` it rebuilds the state at
+    that committed window instead (for backfills), leaving the current version where it is.
+
+    :param capture: the capture
+    :param state_path: base directory (or Hadoop URI) of the state tables
+    :param tables: subset of the capture's tables (default: all)
+    :param as_of_window: a committed window id (e.g. ``"0000000042"``); templated
+    """
+
+    template_fields: Sequence[str] = ("state_path", "as_of_window")
+
+    def __init__(
+        self,
+        *,
+        capture: Capture,
+        state_path: str,
+        tables: Sequence[str] | None = None,
+        as_of_window: str | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(capture=capture, **kwargs)
+        self.state_path = state_path
+        self.tables = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
+        unknown = [str(r) for r in self.tables or () if capture.table_refs and r not in capture.table_refs]
+        if unknown:
+            raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
+        self.as_of_window = as_of_window
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from airflow_provider_cdc import spark_runner
+        from airflow_provider_cdc.cdc.spec import StateJobSpec
+
+        capture = self.capture
+        as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
+        if as_of is None:
+            as_of = self._as_of_for_past_run(context)
+        tables = self.tables
+        if tables is None:
+            with fail_fast_on_terminal_errors(capture):
+                tables = capture.resolve_tables_now()
+        spec = StateJobSpec(
+            topic_prefix=capture.topic_prefix,
+            sink_path=capture.sink_path,
+            state_path=self.state_path,
+            topics=tuple(
+                (topic.name, topic.directory)
+                for topic in (Topic.for_table(capture.topic_prefix, r.schema, r.name) for r in tables)
+            ),
+            as_of_seq=as_of,
+            spark=capture.spark_options(),
+        )
+        with fail_fast_on_terminal_errors(capture):
+            if capture.spark_conn_id is None:
+                from airflow_provider_cdc.cdc.state import run_state_job
+
+                results = run_state_job(spec)
+            else:
+                results = spark_runner.submit(
+                    spec.to_json(),
+                    name=f"cdc-state-{capture.topic_prefix}",
+                    secrets={},
+                    spark_conn_id=capture.spark_conn_id,
+                    conf=dict(capture.spark_conf),
+                    application=capture.spark_application,
+                )
+        for result in results:
+            self.log.info(
+                "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
+            )
+        return results
+
+    def _as_of_for_past_run(self, context: Context) -> int | None:
+        """A backfill, or a re-run of a past run: the window its state is rebuilt "as of" (the
+        current version stays); None for every other run (the current state)."""
+        from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+
+        interval = run_interval(context)
+        if interval is None:
+            return None
+        target = state_target(committed_windows(self.capture.sink_path, self.capture.topic_prefix), interval)
+        if target.skip:
+            raise AirflowSkipException(target.reason)
+        self.log.info("%s", target.reason)
+        return None if target.as_of is None else target.as_of.window.seq
+
+
+def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:
+    """Signals given to the operator (``signals``) and in the DAG run's conf (``cdc_signals``).
+
+    Each gets a stable id (its own ``id``, or one made of the run, the task and its position), so
+    a retried task does not apply it twice."""
+    import json
+
+    dag_run = context.get("dag_run")
+    conf = (getattr(dag_run, "conf", None) or {}) if dag_run is not None else {}
+    run = f"{getattr(dag_run, 'dag_id', '?')}:{getattr(dag_run, 'run_id', '?')}"
+    out: list[Signal] = []
+    for origin, key, raw in (
+        ("operator argument 'signals'", "arg", value),
+        ("DAG run conf 'cdc_signals'", "conf", conf.get("cdc_signals") if isinstance(conf, dict) else None),
+    ):
+        if raw in (None, "", [], ()):
+            continue
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError as exc:
+                raise SignalError(f"{origin} is not valid JSON: {exc}") from None
+        items = [raw] if isinstance(raw, dict) else raw
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, dict) for i in items):
+            raise SignalError(f"{origin} must be a signal object or a list of them, got {type(raw).__name__}")
+        for i, item in enumerate(items):
+            unknown = sorted(set(item) - {"id", "type", "data"})
+            if unknown:
+                raise SignalError(f"{origin}: signal {i} has unknown keys {unknown} (use id, type, data)")
+            signal_id = item.get("id") or f"airflow:{run}:{task_id}:{key}:{i}"
+            out.append(Signal.parse(signal_id, item.get("type"), item.get("data"), origin=f"Airflow {origin}"))
+    return out
+
+
+def _incremental_update(
+    offset: CaptureOffset | None,
+    signals: Sequence[Signal],
+    new_tables: Sequence[TableRef],
+    captured: Sequence[TableRef],
+) -> tuple[IncrementalState | None, dict[str, Any], list[str]]:
+    """The incremental snapshot state after Airflow-side signals and newly captured tables;
+    raises :class:`SignalError` for a signal that cannot apply. (None: nothing to change.)"""
+    if not signals and not new_tables:
+        return None, {}, []
+    state = (offset.incremental if offset is not None else None) or IncrementalState()
+    notes: list[str] = []
+    for ref in new_tables:
+        if state.progress(ref) is None:
+            state = replace(state, tables=(*state.tables, TableProgress(ref, f"new-table:{ref.data_collection}")))
+            notes.append(f"{ref} joined the capture after its snapshot: snapshotting its rows incrementally")
+    for signal in signals:
+        if signal.id in state.applied_signals:
+            notes.append(f"{signal.describe()}: already applied (a retry)")
+            continue
+        state, note = apply_signal(state, signal, captured)
+        state = remember_applied(state, signal.id)
+        notes.append(note)
+    known: dict[str, Any] = {}
+    if new_tables and offset is not None:
+        listed = [list(t) for t in offset.extra.get("tables", [])]
+        known = {"tables": listed + [r.to_json() for r in new_tables if r.to_json() not in listed]}
+    return state, known, notes
+
+
+def _summary(
+    entry: CommitEntry, capture: Capture, *, confirmed_lsn: Position | None, lag: int | None
+) -> dict[str, Any]:
+    side = side_topics(capture.topic_prefix)
+    events = {
+        d.topic: dict(d.ops)
+        for d in entry.datasets
+        if d.topic not in side and not is_staged_topic(capture.topic_prefix, d.topic)
+    }
+    return {
+        "window_id": entry.window_id,
+        "kind": entry.window.kind,
+        "from_lsn": None if entry.window.from_lsn is None else str(entry.window.from_lsn),
+        "to_lsn": None if entry.window.to_lsn is None else str(entry.window.to_lsn),
+        "events": events,
+        "changes": sum(sum(ops.values()) for ops in events.values()),
+        "transactions": entry.transactions,
+        "slot_confirmed_lsn": None if confirmed_lsn is None else str(confirmed_lsn),
+        "bytes_behind": lag,
+        "sink_path": capture.sink_path,
+        "job_pid": entry.stats.get("job_pid"),
+        "gap": entry.stats.get("gap"),
+        **_incremental_summary(entry),
+    }
+
+
+def _check_covers_staged_chunks(window: Window, offset: CaptureOffset | None) -> None:
+    """A window emits the incremental chunks the previous one staged, which needs the stream up
+    to their high watermarks (written after the previous window's end): an explicit ``upto_lsn``
+    before them would emit rows the stream has not yet been checked against."""
+    staged = offset.incremental.staged if offset is not None and offset.incremental is not None else ()
+    if not staged or window.to_lsn is None:
+        return
+    high = type(window.to_lsn)(max(c.high_lsn for c in staged))
+    if window.to_lsn < high:
+        raise CdcConfigurationError(
+            f"upto_lsn {window.to_lsn} is before {high}, the high watermark of the incremental snapshot chunks "
+            "the previous window read: give a later upto_lsn, or leave it unset (the current position)"
+        )
+
+
+def _landed_runs(offset: CaptureOffset | None) -> dict[str, Any] | None:
+    return offset.extra.get("runs") if offset is not None else None
+
+
+def _incremental_summary(entry: CommitEntry) -> dict[str, Any]:
+    if "incremental" not in entry.stats:
+        return {}
+    state = IncrementalState.from_dict(entry.stats["incremental"])
+    if state.idle and not state.history and not entry.stats.get("incremental_run", {}).get("notes"):
+        return {}
+    return {"incremental_snapshot": {**state.summary(), **entry.stats.get("incremental_run", {})}}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+__all__ = [
+    "CdcBatchOperator",
+    "CdcCaptureOperator",
+    "CdcCurrentStateOperator",
+    "CdcSetupOperator",
+    "CdcSnapshotOperator",
+    "airflow_signals",
+    "fail_fast_on_terminal_errors",
+]
