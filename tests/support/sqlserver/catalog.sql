@@ -91,6 +91,16 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------- LSN arithmetic (binary(10))
+-- MIN/MAX over binary, as T-SQL has them (PostgreSQL has no max(bytea)).
+CREATE FUNCTION standin.bytea_larger(a bytea, b bytea) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a >= b THEN a ELSE b END
+$$;
+CREATE FUNCTION standin.bytea_smaller(a bytea, b bytea) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a <= b THEN a ELSE b END
+$$;
+CREATE AGGREGATE sys.max(bytea) (SFUNC = standin.bytea_larger, STYPE = bytea, COMBINEFUNC = standin.bytea_larger, PARALLEL = SAFE);
+CREATE AGGREGATE sys.min(bytea) (SFUNC = standin.bytea_smaller, STYPE = bytea, COMBINEFUNC = standin.bytea_smaller, PARALLEL = SAFE);
+
 CREATE FUNCTION standin.lsn_to_numeric(lsn bytea) RETURNS numeric LANGUAGE sql IMMUTABLE STRICT AS $$
     SELECT sum(get_byte(lsn, i)::numeric * (256::numeric ^ (length(lsn) - 1 - i)))
     FROM generate_series(0, length(lsn) - 1) AS i
@@ -208,7 +218,7 @@ CREATE VIEW standin.capture_instances AS
 
 -- ---------------------------------------------------------------- CDC functions
 CREATE FUNCTION sys.fn_cdc_get_max_lsn() RETURNS bytea LANGUAGE sql STABLE AS $$
-    SELECT max(start_lsn) FROM cdc.lsn_time_mapping
+    SELECT sys.max(start_lsn) FROM cdc.lsn_time_mapping
 $$;
 CREATE FUNCTION sys.fn_cdc_get_min_lsn(capture_instance text) RETURNS bytea LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT ct.start_lsn FROM cdc.change_tables ct
@@ -232,13 +242,13 @@ DECLARE
     t timestamp := standin.round_datetime(tracking_time);  -- the parameter is a datetime
 BEGIN
     IF op = 'largest less than' THEN
-        RETURN (SELECT max(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time < t);
+        RETURN (SELECT sys.max(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time < t);
     ELSIF op = 'largest less than or equal' THEN
-        RETURN (SELECT max(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time <= t);
+        RETURN (SELECT sys.max(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time <= t);
     ELSIF op = 'smallest greater than' THEN
-        RETURN (SELECT min(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time > t);
+        RETURN (SELECT sys.min(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time > t);
     ELSIF op = 'smallest greater than or equal' THEN
-        RETURN (SELECT min(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time >= t);
+        RETURN (SELECT sys.min(start_lsn) FROM cdc.lsn_time_mapping WHERE tran_end_time >= t);
     END IF;
     PERFORM standin.raise_error(313, 'An insufficient number of arguments were supplied for the procedure or function sys.fn_cdc_map_time_to_lsn.');
     RETURN NULL;
@@ -247,9 +257,9 @@ CREATE FUNCTION sys.fn_cdc_get_column_ordinal(capture_instance text, column_name
     SELECT cc.column_ordinal FROM cdc.captured_columns cc JOIN cdc.change_tables ct USING (object_id)
     WHERE lower(ct.capture_instance) = lower($1) AND cc.column_name = $2
 $$;
-CREATE FUNCTION sys.fn_cdc_is_bit_set(position integer, update_mask bytea) RETURNS boolean LANGUAGE sql IMMUTABLE STRICT AS $$
-    SELECT position BETWEEN 1 AND length(update_mask) * 8
-       AND get_bit(update_mask, (length(update_mask) - 1 - (position - 1) / 8) * 8 + 7 - (position - 1) % 8) = 1
+CREATE FUNCTION sys.fn_cdc_is_bit_set("position" integer, update_mask bytea) RETURNS boolean LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT $1 BETWEEN 1 AND length($2) * 8
+       AND get_bit($2, (length($2) - 1 - ($1 - 1) / 8) * 8 + 7 - ($1 - 1) % 8) = 1
 $$;
 CREATE FUNCTION sys.fn_cdc_has_column_changed(capture_instance text, column_name text, update_mask bytea) RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT sys.fn_cdc_is_bit_set(sys.fn_cdc_get_column_ordinal($1, $2), $3)
@@ -410,8 +420,8 @@ $$;
 CREATE FUNCTION sys.newid() RETURNS uuid LANGUAGE sql VOLATILE AS $$ SELECT gen_random_uuid() $$;
 
 -- CONVERT(varchar, value, style) for the styles a CDC reader uses to keep full precision.
--- 121: yyyy-mm-dd hh:mi:ss.fffffff (fraction digits of the type); 126: yyyy-mm-ddThh:mi:ss.fffffff
--- (fraction omitted when zero... for datetime only); 127: as 126 with Z/offset for datetimeoffset;
+-- 121: yyyy-mm-dd hh:mi:ss.fffffff (fraction digits of the type's scale); 126: yyyy-mm-ddThh:mi:ss.fffffff
+-- (datetime: .mmm, omitted when zero); 127: as 126 with Z/offset for datetimeoffset;
 -- 120: yyyy-mm-dd hh:mi:ss; 23: yyyy-mm-dd; 108: hh:mi:ss.
 CREATE FUNCTION standin.fraction(us integer, digits integer) RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN digits <= 0 THEN '' ELSE '.' || substr(lpad(us::text, 6, '0') || '0', 1, digits) END
@@ -438,11 +448,7 @@ BEGIN
     IF style IN (121, 21) THEN
         RETURN base || ' ' || clock || frac || CASE WHEN tz <> '' THEN ' ' || tz ELSE '' END;
     ELSIF style IN (126, 127) THEN
-        IF is_datetime AND us = 0 THEN frac := ''; END IF;  -- 126 drops a zero fraction for datetime
-        IF NOT is_datetime AND style IN (126, 127) AND digits > 0 THEN
-            frac := rtrim(frac, '0');
-            IF frac = '.' THEN frac := ''; END IF;
-        END IF;
+        IF is_datetime AND us = 0 THEN frac := ''; END IF;  -- 126 drops a zero fraction for datetime (documented)
         IF style = 127 AND tz_offset_minutes = 0 THEN tz := 'Z'; END IF;
         RETURN base || 'T' || clock || frac || tz;
     ELSIF style IN (120, 20) THEN
