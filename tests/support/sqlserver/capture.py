@@ -166,7 +166,9 @@ class CaptureJob:
             if not txn.commit_lsn:
                 complete = False  # still being decoded (should not happen: peek stops at commits)
                 break
-            committed_at = conn.execute("SELECT extract(epoch FROM %s::timestamptz)::float8", (txn.commit_time,)).fetchone()[0]
+            committed_at = conn.execute(
+                "SELECT extract(epoch FROM %s::timestamptz)::float8", (txn.commit_time,)
+            ).fetchone()[0]
             if now - committed_at < self.lag:
                 complete = False
                 break
@@ -178,17 +180,36 @@ class CaptureJob:
         if done_to is not None:
             conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (SLOT, done_to))
         if captured_tx:
-            last = max((t for t in transactions if t.commit_lsn and _pg_int(t.commit_lsn) <= _pg_int(done_to)),
-                       key=lambda t: _pg_int(t.commit_lsn))
+            last = max(
+                (t for t in transactions if t.commit_lsn and _pg_int(t.commit_lsn) <= _pg_int(done_to)),
+                key=lambda t: _pg_int(t.commit_lsn),
+            )
             last_lsn = lsnlib.debezium_string(lsnlib.from_pg(last.commit_lsn))
             conn.execute(
-                "INSERT INTO standin.log_scan_sessions (start_time, end_time, duration, start_lsn, current_lsn, end_lsn, "
+                "INSERT INTO standin.log_scan_sessions (start_time, end_time, duration, start_lsn, "
+                "current_lsn, end_lsn, "
                 "tran_count, last_commit_lsn, last_commit_time, log_record_count, command_count, first_begin_cdc_lsn, "
-                "last_commit_cdc_lsn, last_commit_cdc_time, latency) VALUES (standin.round_datetime(to_timestamp(%s)::timestamp), "
-                "sys.getdate(), %s, %s, %s, %s, %s, %s, standin.round_datetime(%s::timestamptz::timestamp), %s, %s, %s, %s, "
+                "last_commit_cdc_lsn, last_commit_cdc_time, latency) VALUES "
+                "(standin.round_datetime(to_timestamp(%s)::timestamp), "
+                "sys.getdate(), %s, %s, %s, %s, %s, %s, "
+                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s, %s, %s, "
                 "standin.round_datetime(%s::timestamptz::timestamp), %s)",
-                (started, int(time.time() - started), last_lsn, last_lsn, last_lsn, captured_tx, last_lsn, last.commit_time,
-                 commands, commands, last_lsn, last_lsn, last.commit_time, max(int(now - _epoch(conn, last.commit_time)), 0)),
+                (
+                    started,
+                    int(time.time() - started),
+                    last_lsn,
+                    last_lsn,
+                    last_lsn,
+                    captured_tx,
+                    last_lsn,
+                    last.commit_time,
+                    commands,
+                    commands,
+                    last_lsn,
+                    last_lsn,
+                    last.commit_time,
+                    max(int(now - _epoch(conn, last.commit_time)), 0),
+                ),
             )
         self.scans += 1
         if complete:
@@ -217,7 +238,7 @@ class CaptureJob:
                 old = new = None
                 if op == "UPDATE":
                     if rest.startswith("old-key: "):
-                        old_text, new_text = rest[len("old-key: "):].split(" new-tuple: ", 1)
+                        old_text, new_text = rest[len("old-key: ") :].split(" new-tuple: ", 1)
                         old, new = _parse_tuple(old_text), _parse_tuple(new_text)
                     else:
                         new = _parse_tuple(rest)
@@ -231,10 +252,13 @@ class CaptureJob:
     @staticmethod
     def _instances(conn: psycopg.Connection) -> dict[str, list[_Instance]]:
         rows = conn.execute(
-            """SELECT ct.capture_instance, format('%s.%s', quote_ident(n.nspname), quote_ident(c.relname)), ct.start_lsn,
-                      (SELECT array_agg(cc.column_name::text ORDER BY cc.column_ordinal) FROM cdc.captured_columns cc WHERE cc.object_id = ct.object_id),
+            """SELECT ct.capture_instance, format('%s.%s', quote_ident(n.nspname), quote_ident(c.relname)),
+                      ct.start_lsn,
+                      (SELECT array_agg(cc.column_name::text ORDER BY cc.column_ordinal)
+                         FROM cdc.captured_columns cc WHERE cc.object_id = ct.object_id),
                       (SELECT array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY cc.column_ordinal)
-                         FROM cdc.captured_columns cc JOIN pg_attribute a ON a.attrelid = ct.object_id::oid AND a.attname = cc.column_name
+                         FROM cdc.captured_columns cc
+                         JOIN pg_attribute a ON a.attrelid = ct.object_id::oid AND a.attname = cc.column_name
                         WHERE cc.object_id = ct.object_id),
                       coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i
                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
@@ -244,7 +268,9 @@ class CaptureJob:
         ).fetchall()
         found: dict[str, list[_Instance]] = {}
         for name, key, start_lsn, cols, types, keys in rows:
-            found.setdefault(key, []).append(_Instance(name, key, bytes(start_lsn), list(zip(cols or [], types or [])), keys))
+            found.setdefault(key, []).append(
+                _Instance(name, key, bytes(start_lsn), list(zip(cols or [], types or [])), keys)
+            )
         return found
 
     def _capture(self, conn: psycopg.Connection, txn: _Transaction, instances: dict[str, list[_Instance]]) -> int:
@@ -264,9 +290,25 @@ class CaptureJob:
                 names = [c for c, _ in inst.columns]
                 out = rows_by_instance.setdefault(inst.name, [])
                 if change.op == "INSERT":
-                    out.append((seqval, 2, _mask(len(names), range(1, len(names) + 1)), [change.new.get(c) for c in names], command_id))
+                    out.append(
+                        (
+                            seqval,
+                            2,
+                            _mask(len(names), range(1, len(names) + 1)),
+                            [change.new.get(c) for c in names],
+                            command_id,
+                        )
+                    )
                 elif change.op == "DELETE":
-                    out.append((seqval, 1, _mask(len(names), range(1, len(names) + 1)), [change.old.get(c) for c in names], command_id))
+                    out.append(
+                        (
+                            seqval,
+                            1,
+                            _mask(len(names), range(1, len(names) + 1)),
+                            [change.old.get(c) for c in names],
+                            command_id,
+                        )
+                    )
                 else:
                     old = change.old or change.new
                     new = {k: (old.get(k) if v is _UNCHANGED else v) for k, v in change.new.items()}
@@ -287,14 +329,22 @@ class CaptureJob:
                 inst = next(i for group in instances.values() for i in group if i.name == inst_name)
                 cols = "".join(f', "{c}"' for c, _ in inst.columns)
                 casts = "".join(f", %s::{t}" for _, t in inst.columns)
-                sql = (f'INSERT INTO cdc."{inst_name}_CT" ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", '
-                       f'"__$update_mask"{cols}, "__$command_id") VALUES (%s, NULL, %s, %s, %s{casts}, %s)')
+                sql = (
+                    f'INSERT INTO cdc."{inst_name}_CT" ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", '
+                    f'"__$update_mask"{cols}, "__$command_id") VALUES (%s, NULL, %s, %s, %s{casts}, %s)'
+                )
                 with conn.cursor() as cur:
-                    cur.executemany(sql, [(commit, seq, op, mask, *[_text(v) for v in values], cid)
-                                          for seq, op, mask, values, cid in rows])
+                    cur.executemany(
+                        sql,
+                        [
+                            (commit, seq, op, mask, *[_text(v) for v in values], cid)
+                            for seq, op, mask, values, cid in rows
+                        ],
+                    )
             conn.execute(
                 "INSERT INTO cdc.lsn_time_mapping (start_lsn, tran_begin_time, tran_end_time, tran_id, tran_begin_lsn) "
-                "VALUES (%s, standin.round_datetime(%s::timestamptz::timestamp), standin.round_datetime(%s::timestamptz::timestamp), %s, %s) "
+                "VALUES (%s, standin.round_datetime(%s::timestamptz::timestamp), "
+                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s) "
                 "ON CONFLICT (start_lsn) DO NOTHING",
                 (commit, txn.commit_time, txn.commit_time, txn.xid.to_bytes(10, "big"), lsnlib.from_pg(txn.begin_lsn)),
             )

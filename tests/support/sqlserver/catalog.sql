@@ -315,14 +315,21 @@ CREATE FUNCTION sys.db_id() RETURNS integer LANGUAGE sql STABLE AS $$ SELECT 5 $
 CREATE FUNCTION sys.db_id(name text) RETURNS integer LANGUAGE sql STABLE AS $$
     SELECT database_id FROM sys.databases WHERE databases.name = $1
 $$;
-CREATE FUNCTION sys.object_id(name text, type text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql STABLE AS $$
+-- 'schema.name' / '[schema].[name]' / 'name' -> the relation, matched case-insensitively like
+-- SQL Server's default collation (a database prefix is ignored).
+CREATE FUNCTION standin.resolve_object(name text) RETURNS oid LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    cleaned text := replace(replace(name, '[', '"'), ']', '"');
+    parts text[] := string_to_array(replace(replace(replace(name, '[', ''), ']', ''), '"', ''), '.');
+    obj text := parts[array_length(parts, 1)];
+    sch text := coalesce(parts[array_length(parts, 1) - 1], 'dbo');
 BEGIN
-    RETURN to_regclass(cleaned)::oid::integer;
-EXCEPTION WHEN OTHERS THEN
-    RETURN NULL;
+    RETURN (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE lower(c.relname) = lower(obj) AND lower(n.nspname) = lower(sch) AND c.relkind IN ('r', 'p', 'v')
+            ORDER BY c.relname = obj DESC LIMIT 1);
 END $$;
+CREATE FUNCTION sys.object_id(name text, type text DEFAULT NULL) RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT standin.resolve_object(name)::integer
+$$;
 CREATE FUNCTION sys.object_name(object_id integer, database_id integer DEFAULT NULL) RETURNS varchar(128) LANGUAGE sql STABLE AS $$
     SELECT relname::varchar FROM pg_class WHERE oid = $1::oid
 $$;
@@ -349,22 +356,20 @@ CREATE FUNCTION sys.has_perms_by_name(securable text, securable_class text, perm
                                       sub_securable text DEFAULT NULL, sub_securable_class text DEFAULT NULL)
 RETURNS integer LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    cleaned text := replace(replace(securable, '[', '"'), ']', '"');
-    rel regclass;
+    cleaned text := replace(replace(securable, '[', ''), ']', '');
+    rel oid;
 BEGIN
-    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN RETURN 1; END IF;
     IF upper(securable_class) = 'OBJECT' THEN
-        BEGIN
-            rel := to_regclass(cleaned);
-        EXCEPTION WHEN OTHERS THEN
-            RETURN NULL;
-        END;
+        rel := standin.resolve_object(securable);
         IF rel IS NULL THEN RETURN NULL; END IF;
+        IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN RETURN 1; END IF;
         IF sub_securable IS NOT NULL THEN
             RETURN has_column_privilege(rel, sub_securable, upper(permission))::integer;
         END IF;
         RETURN has_table_privilege(rel, upper(permission))::integer;
-    ELSIF upper(securable_class) = 'SCHEMA' THEN
+    END IF;
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN RETURN 1; END IF;
+    IF upper(securable_class) = 'SCHEMA' THEN
         IF upper(permission) = 'SELECT' THEN  -- SELECT on a schema: every table in it
             RETURN (SELECT coalesce(bool_and(has_table_privilege(c.oid, 'SELECT')), true)::integer
                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -29,6 +29,8 @@ _INTERNAL = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _PERMISSION = re.compile(r"permission denied for (table|view|function|schema|sequence|relation) (\S+)")
+_MISSING_RELATION = re.compile(r'relation "([^"]+)" does not exist')
+_MISSING_FUNCTION = re.compile(r"function ([\w.\"$]+)\(")
 
 
 def _is_internal(segment: str) -> bool:
@@ -79,6 +81,8 @@ class _Session:
         self.proxy = proxy
         self.client = client
         self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
+        for sock in (self.client, self.server):  # small protocol messages: no Nagle delays
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_lock = threading.Lock()
         self.isolation = "READ COMMITTED"
         self.status = b"I"  # last ReadyForQuery status from the server
@@ -235,7 +239,19 @@ class _Session:
         for part in body.rstrip(b"\0").split(b"\0"):
             if part:
                 fields[part[:1]] = part[1:].decode(errors="replace")
-        if fields.get(b"C") != "42501":
+        code, text = fields.get(b"C"), fields.get(b"M", "")
+        if code in ("42P01", "42883"):  # SQL Server: Invalid object name (208)
+            m = _MISSING_RELATION.search(text) or _MISSING_FUNCTION.search(text)
+            if m:
+                return error_response("42S02", f"Invalid object name '{m.group(1).replace(chr(34), '')}'. (208)")[5:]
+            return body
+        if code == "42703":  # SQL Server: Invalid column name (207)
+            m = re.search(r'column "?([^"\s]+)"? does not exist', text)
+            if m:
+                column = m.group(1).split(".")[-1]
+                return error_response("42S22", f"Invalid column name '{column}'. (207)")[5:]
+            return body
+        if code != "42501":
             return body
         m = _PERMISSION.search(fields.get(b"M", ""))
         if not m:
@@ -244,8 +260,10 @@ class _Session:
         permission = "EXECUTE" if kind == "function" or self.last_verb.startswith("EXEC") else self.last_verb
         schema = name if kind == "schema" else "dbo"
         obj = "" if kind == "schema" else name
-        message = (f"The {permission} permission was denied on the object '{obj}', database '{self.proxy.database}', "
-                   f"schema '{schema}'. (229)")
+        message = (
+            f"The {permission} permission was denied on the object '{obj}', database '{self.proxy.database}', "
+            f"schema '{schema}'. (229)"
+        )
         rewritten = error_response("42000", message)
         return rewritten[5:]
 
@@ -253,8 +271,16 @@ class _Session:
 class TsqlProxy:
     """Listens on 127.0.0.1:<port> and relays to PostgreSQL, translating T-SQL."""
 
-    def __init__(self, upstream_host: str, upstream_port: int, database: str, *, recorder,
-                 resolver: Resolver | None = None, snapshot_allowed: Callable[[], bool] = lambda: True):
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        database: str,
+        *,
+        recorder,
+        resolver: Resolver | None = None,
+        snapshot_allowed: Callable[[], bool] = lambda: True,
+    ):
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.database = database

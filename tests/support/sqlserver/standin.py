@@ -15,7 +15,8 @@ import psycopg
 
 from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
-from . import capture, types as sstypes
+from . import capture
+from . import types as sstypes
 from .proxy import TsqlProxy
 from .statements import StatementRecorder
 
@@ -31,12 +32,20 @@ DRIVER_OPTIONS = "SSLmode=disable;BoolsAsChar=0;UseServerSidePrepare=1;UseDeclar
 class SqlServerStandIn:
     """An emulated SQL Server database with CDC, reached through pyodbc + psqlODBC + the proxy."""
 
-    def __init__(self, cluster: PostgresCluster, database: str = "standin", *, server_name: str = "STANDIN",
-                 capture_lag: float = 0.0, poll_interval: float = 0.1):
+    def __init__(
+        self,
+        cluster: PostgresCluster,
+        database: str = "standin",
+        *,
+        server_name: str = "STANDIN",
+        capture_lag: float = 0.0,
+        poll_interval: float = 0.1,
+        recorder: StatementRecorder | None = None,
+    ):
         self.cluster = cluster
         self.database = database
         self.server_name = server_name
-        self.recorder = StatementRecorder()
+        self.recorder = recorder if recorder is not None else StatementRecorder()
         self._capture_lag = capture_lag
         self._poll_interval = poll_interval
         self._admin: psycopg.Connection | None = None
@@ -52,10 +61,17 @@ class SqlServerStandIn:
         self.cluster.create_database(self.database)
         self._admin = psycopg.connect(self.cluster.dsn(self.database), autocommit=True)
         install(self._admin, self.server_name)
-        self.capture = capture.CaptureJob(self.cluster.dsn(self.database), lag=self._capture_lag,
-                                          poll_interval=self._poll_interval).start()
-        self.proxy = TsqlProxy(self.cluster.host, self.cluster.port, self.database, recorder=self.recorder,
-                               resolver=self._resolve, snapshot_allowed=self._snapshot_allowed).start()
+        self.capture = capture.CaptureJob(
+            self.cluster.dsn(self.database), lag=self._capture_lag, poll_interval=self._poll_interval
+        ).start()
+        self.proxy = TsqlProxy(
+            self.cluster.host,
+            self.cluster.port,
+            self.database,
+            recorder=self.recorder,
+            resolver=self._resolve,
+            snapshot_allowed=self._snapshot_allowed,
+        ).start()
         return self
 
     def stop(self, drop: bool = True) -> None:
@@ -92,9 +108,11 @@ class SqlServerStandIn:
     def connection_string(self, user: str | None = None, password: str | None = None) -> str:
         """An ODBC connection string for ``pyodbc.connect``, pointing at the proxy."""
         assert self.proxy is not None, "start() first"
-        return (f"DRIVER={{{ODBC_DRIVER}}};SERVER=127.0.0.1;PORT={self.proxy.port};DATABASE={self.database};"
-                f"UID={user or self.cluster.superuser};PWD={password if password is not None else self.cluster.password};"
-                f"{DRIVER_OPTIONS}")
+        return (
+            f"DRIVER={{{ODBC_DRIVER}}};SERVER=127.0.0.1;PORT={self.proxy.port};DATABASE={self.database};"
+            f"UID={user or self.cluster.superuser};PWD={password if password is not None else self.cluster.password};"
+            f"{DRIVER_OPTIONS}"
+        )
 
     def connect(self, autocommit: bool = True, **kwargs):
         import pyodbc
@@ -120,20 +138,37 @@ class SqlServerStandIn:
     def enable_db(self) -> None:
         self.execute_tsql("EXEC sys.sp_cdc_enable_db")
 
-    def enable_table(self, source_schema: str, source_name: str, *, capture_instance: str | None = None,
-                     role_name: str | None = None, supports_net_changes: int | None = 0, index_name: str | None = None,
-                     captured_column_list: str | None = None) -> str:
-        args = {"source_schema": source_schema, "source_name": source_name, "role_name": role_name,
-                "capture_instance": capture_instance, "supports_net_changes": supports_net_changes,
-                "index_name": index_name, "captured_column_list": captured_column_list}
+    def enable_table(
+        self,
+        source_schema: str,
+        source_name: str,
+        *,
+        capture_instance: str | None = None,
+        role_name: str | None = None,
+        supports_net_changes: int | None = 0,
+        index_name: str | None = None,
+        captured_column_list: str | None = None,
+    ) -> str:
+        args = {
+            "source_schema": source_schema,
+            "source_name": source_name,
+            "role_name": role_name,
+            "capture_instance": capture_instance,
+            "supports_net_changes": supports_net_changes,
+            "index_name": index_name,
+            "captured_column_list": captured_column_list,
+        }
         sql = "EXEC sys.sp_cdc_enable_table " + ", ".join(
-            f"@{k} = {_tsql_literal(v)}" for k, v in args.items() if v is not None or k == "role_name")
+            f"@{k} = {_tsql_literal(v)}" for k, v in args.items() if v is not None or k == "role_name"
+        )
         self.execute_tsql(sql)
         return capture_instance or f"{source_schema}_{source_name}"
 
     def disable_table(self, source_schema: str, source_name: str, capture_instance: str = "all") -> None:
-        self.execute_tsql(f"EXEC sys.sp_cdc_disable_table @source_schema = {_tsql_literal(source_schema)}, "
-                          f"@source_name = {_tsql_literal(source_name)}, @capture_instance = {_tsql_literal(capture_instance)}")
+        self.execute_tsql(
+            f"EXEC sys.sp_cdc_disable_table @source_schema = {_tsql_literal(source_schema)}, "
+            f"@source_name = {_tsql_literal(source_name)}, @capture_instance = {_tsql_literal(capture_instance)}"
+        )
 
     def set_snapshot_isolation(self, on: bool) -> None:
         self.execute_tsql(f"ALTER DATABASE CURRENT SET ALLOW_SNAPSHOT_ISOLATION {'ON' if on else 'OFF'}")
@@ -178,14 +213,25 @@ class SqlServerStandIn:
 
         with self._admin_lock:
             self._admin.execute(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(name)))
-            self._admin.execute(pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(pgsql.Identifier(name), pgsql.Literal(password)))
+            self._admin.execute(
+                pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(pgsql.Identifier(name), pgsql.Literal(password))
+            )
             for schema in ("dbo", "sys", "cdc", "standin", "INFORMATION_SCHEMA"):
-                self._admin.execute(pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(pgsql.Identifier(schema), pgsql.Identifier(name)))
+                self._admin.execute(
+                    pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(pgsql.Identifier(schema), pgsql.Identifier(name))
+                )
             for schema in ("sys", "standin", "INFORMATION_SCHEMA"):
-                self._admin.execute(pgsql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
-                    pgsql.Identifier(schema), pgsql.Identifier(name)))
-            self._admin.execute(pgsql.SQL("GRANT SELECT ON cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
-                                          "cdc.lsn_time_mapping TO {}").format(pgsql.Identifier(name)))
+                self._admin.execute(
+                    pgsql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                        pgsql.Identifier(schema), pgsql.Identifier(name)
+                    )
+                )
+            self._admin.execute(
+                pgsql.SQL(
+                    "GRANT SELECT ON cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
+                    "cdc.lsn_time_mapping TO {}"
+                ).format(pgsql.Identifier(name))
+            )
 
     def _admin_execute(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._admin_lock:
@@ -208,7 +254,8 @@ class SqlServerStandIn:
     def _load_columns(self) -> None:
         rows = self._admin_execute(
             "SELECT n.nspname, c.relname, d.column_name, d.declared FROM standin.declared_columns d "
-            "JOIN pg_class c ON c.oid = d.relid JOIN pg_namespace n ON n.oid = c.relnamespace")
+            "JOIN pg_class c ON c.oid = d.relid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        )
         columns: dict[tuple[str, str], dict[str, sstypes.ColumnType]] = {}
         for schema, table, column, declared in rows:
             try:
@@ -224,12 +271,22 @@ def install(conn: psycopg.Connection, server_name: str) -> None:
     with conn.transaction():
         conn.execute("SET LOCAL check_function_bodies = off")  # functions reference views created later
         conn.execute(CATALOG_SQL.read_text())
-        conn.execute("INSERT INTO standin.settings (server_name, database_guid) VALUES (%s, %s)",
-                     (server_name, str(uuid.uuid4())))
+        conn.execute(
+            "INSERT INTO standin.settings (server_name, database_guid) VALUES (%s, %s)",
+            (server_name, str(uuid.uuid4())),
+        )
         # T-SQL's bit takes 1/0: let integers go into boolean columns and compare with booleans.
-        conn.execute("UPDATE pg_cast SET castcontext = 'a' WHERE castsource = 'int4'::regtype AND casttarget = 'bool'::regtype")
-        conn.execute("CREATE FUNCTION standin.bool_eq_int(boolean, integer) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT $1 = ($2 <> 0)'")
-        conn.execute("CREATE FUNCTION standin.bool_ne_int(boolean, integer) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT $1 <> ($2 <> 0)'")
+        conn.execute(
+            "UPDATE pg_cast SET castcontext = 'a' WHERE castsource = 'int4'::regtype AND casttarget = 'bool'::regtype"
+        )
+        conn.execute(
+            "CREATE FUNCTION standin.bool_eq_int(boolean, integer) RETURNS boolean LANGUAGE sql "
+            "IMMUTABLE AS 'SELECT $1 = ($2 <> 0)'"
+        )
+        conn.execute(
+            "CREATE FUNCTION standin.bool_ne_int(boolean, integer) RETURNS boolean LANGUAGE sql "
+            "IMMUTABLE AS 'SELECT $1 <> ($2 <> 0)'"
+        )
         conn.execute("CREATE OPERATOR sys.= (LEFTARG = boolean, RIGHTARG = integer, FUNCTION = standin.bool_eq_int)")
         conn.execute("CREATE OPERATOR sys.<> (LEFTARG = boolean, RIGHTARG = integer, FUNCTION = standin.bool_ne_int)")
         conn.execute(f'ALTER DATABASE "{database}" SET search_path = dbo, sys, pg_catalog')

@@ -18,9 +18,17 @@ from sqlglot import exp
 # Valid T-SQL that sqlglot (30.x) cannot parse, or only parses as an opaque Command: checked
 # against these exact grammars instead.
 _SQLGLOT_GAPS = (
-    re.compile(r"^\s*SET\s+TRANSACTION\s+ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SNAPSHOT|SERIALIZABLE)\s*;?\s*$", re.I),
-    re.compile(r"^\s*ALTER\s+DATABASE\s+(CURRENT|\[?\w+\]?)\s+SET\s+(ALLOW_SNAPSHOT_ISOLATION|READ_COMMITTED_SNAPSHOT)\s+(ON|OFF)(\s+WITH\s+(ROLLBACK\s+IMMEDIATE|NO_WAIT))?\s*;?\s*$", re.I),
-    re.compile(r"^\s*SET\s+(NOCOUNT|XACT_ABORT|ANSI_NULLS|QUOTED_IDENTIFIER|IMPLICIT_TRANSACTIONS)\s+(ON|OFF)\s*;?\s*$", re.I),
+    re.compile(
+        r"^\s*SET\s+TRANSACTION\s+ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SNAPSHOT|SERIALIZABLE)\s*;?\s*$",
+        re.I,
+    ),
+    re.compile(
+        r"^\s*ALTER\s+DATABASE\s+(CURRENT|\[?\w+\]?)\s+SET\s+(ALLOW_SNAPSHOT_ISOLATION|READ_COMMITTED_SNAPSHOT)\s+(ON|OFF)(\s+WITH\s+(ROLLBACK\s+IMMEDIATE|NO_WAIT))?\s*;?\s*$",
+        re.I,
+    ),
+    re.compile(
+        r"^\s*SET\s+(NOCOUNT|XACT_ABORT|ANSI_NULLS|QUOTED_IDENTIFIER|IMPLICIT_TRANSACTIONS)\s+(ON|OFF)\s*;?\s*$", re.I
+    ),
     re.compile(r"^\s*SET\s+LOCK_TIMEOUT\s+-?\d+\s*;?\s*$", re.I),
 )
 
@@ -35,8 +43,9 @@ STATEMENTS: list[str] = [
     "SELECT sys.fn_cdc_map_time_to_lsn(N'smallest greater than', ?)",
     "SELECT sys.fn_cdc_map_time_to_lsn(N'smallest greater than or equal', ?)",
     "SELECT sys.fn_cdc_map_lsn_to_time(?)",
+    # Not "ORDER BY __$start_lsn, __$command_id, ...": the function returns no __$command_id (error 207).
     "SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(?, ?, N'all update old') "
-    "ORDER BY __$start_lsn, __$command_id, __$seqval, __$operation",
+    "ORDER BY __$start_lsn, __$seqval, __$operation",
     "SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(?, ?, N'all') ORDER BY __$start_lsn, __$seqval, __$operation",
     "SELECT * FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](?, ?, N'all update old') "
     "ORDER BY [__$start_lsn] ASC, [__$seqval] ASC, [__$operation] ASC",
@@ -62,7 +71,8 @@ STATEMENTS: list[str] = [
     "IS_NULLABLE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
     "SELECT kcu.COLUMN_NAME FROM INFORMATION_SCHEMA.TABLE_CONSTRAINTS tc JOIN INFORMATION_SCHEMA.KEY_COLUMN_USAGE kcu "
     "ON kcu.CONSTRAINT_NAME = tc.CONSTRAINT_NAME AND kcu.TABLE_SCHEMA = tc.TABLE_SCHEMA "
-    "WHERE tc.CONSTRAINT_TYPE = 'PRIMARY KEY' AND tc.TABLE_SCHEMA = ? AND tc.TABLE_NAME = ? ORDER BY kcu.ORDINAL_POSITION",
+    "WHERE tc.CONSTRAINT_TYPE = 'PRIMARY KEY' AND tc.TABLE_SCHEMA = ? AND tc.TABLE_NAME = ? ORDER BY "
+    "kcu.ORDINAL_POSITION",
     "SELECT c.name, ty.name AS type_name, c.max_length, c.precision, c.scale, c.is_nullable FROM sys.columns c "
     "JOIN sys.types ty ON ty.user_type_id = c.user_type_id WHERE c.object_id = OBJECT_ID(?) ORDER BY c.column_id",
     "SELECT DB_NAME(), @@SERVERNAME, @@VERSION, SERVERPROPERTY('ProductVersion')",
@@ -86,10 +96,12 @@ STATEMENTS: list[str] = [
     "EXEC sys.sp_cdc_enable_db",
     "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'orders', @role_name = NULL, "
     "@capture_instance = N'dbo_orders_v2', @supports_net_changes = 0",
-    "EXEC sys.sp_cdc_disable_table @source_schema = N'dbo', @source_name = N'orders', @capture_instance = N'dbo_orders'",
+    "EXEC sys.sp_cdc_disable_table @source_schema = N'dbo', @source_name = N'orders', "
+    "@capture_instance = N'dbo_orders'",
     "ALTER TABLE [dbo].[orders] ADD [phone] varchar(32) NULL",
     "ALTER DATABASE CURRENT SET ALLOW_SNAPSHOT_ISOLATION ON",
-    "CREATE TABLE [dbo].[orders] ([id] int NOT NULL PRIMARY KEY, [name] nvarchar(100) NULL, [created] datetime2(7) NULL)",
+    "CREATE TABLE [dbo].[orders] ([id] int NOT NULL PRIMARY KEY, [name] nvarchar(100) NULL, "
+    "[created] datetime2(7) NULL)",
     "INSERT INTO [dbo].[orders] ([id], [name]) VALUES (?, ?)",
     "UPDATE [dbo].[orders] SET [name] = ? WHERE [id] = ?",
     "DELETE FROM [dbo].[orders] WHERE [id] = ?",

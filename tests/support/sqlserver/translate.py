@@ -57,13 +57,31 @@ _SET_OPTION = re.compile(
     re.IGNORECASE,
 )
 _USE = re.compile(r"^\s*USE\s+\[?(\w+)\]?\s*;?\s*$", re.IGNORECASE)
-_EXEC = re.compile(r"^\s*EXEC(?:UTE)?\s+(?:\[?\w+\]?\.)?(?:\[?(\w+)\]?\.)?\[?(\w+)\]?(.*?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
+_EXEC = re.compile(
+    r"^\s*EXEC(?:UTE)?\s+(?:\[?\w+\]?\.)?(?:\[?(\w+)\]?\.)?\[?(\w+)\]?(.*?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
+)
 _GLOBAL = re.compile(r"@@(\w+)")
 # T-SQL built-ins emulated in schema sys; routed there explicitly so sqlglot keeps them as calls.
 _BUILTINS = (
-    "SYSDATETIMEOFFSET", "SYSDATETIME", "SYSUTCDATETIME", "GETDATE", "GETUTCDATE", "TODATETIMEOFFSET", "NEWID",
-    "DB_NAME", "DB_ID", "OBJECT_ID", "OBJECT_NAME", "OBJECT_SCHEMA_NAME", "SCHEMA_NAME", "HAS_PERMS_BY_NAME",
-    "SERVERPROPERTY", "SUSER_SNAME", "USER_NAME", "IS_MEMBER", "IS_SRVROLEMEMBER",
+    "SYSDATETIMEOFFSET",
+    "SYSDATETIME",
+    "SYSUTCDATETIME",
+    "GETDATE",
+    "GETUTCDATE",
+    "TODATETIMEOFFSET",
+    "NEWID",
+    "DB_NAME",
+    "DB_ID",
+    "OBJECT_ID",
+    "OBJECT_NAME",
+    "OBJECT_SCHEMA_NAME",
+    "SCHEMA_NAME",
+    "HAS_PERMS_BY_NAME",
+    "SERVERPROPERTY",
+    "SUSER_SNAME",
+    "USER_NAME",
+    "IS_MEMBER",
+    "IS_SRVROLEMEMBER",
 )
 _BUILTIN_CALL = re.compile(r"(?<![\w.\]])(" + "|".join(_BUILTINS) + r")\s*\(", re.IGNORECASE)
 _TZOFFSET = re.compile(r"DATEPART\s*\(\s*TZOFFSET\s*,", re.IGNORECASE)
@@ -72,9 +90,20 @@ _TZOFFSET = re.compile(r"DATEPART\s*\(\s*TZOFFSET\s*,", re.IGNORECASE)
 PROCEDURES = {
     "sp_cdc_enable_db": (False, []),
     "sp_cdc_disable_db": (False, []),
-    "sp_cdc_enable_table": (False, ["source_schema", "source_name", "role_name", "capture_instance",
-                                    "supports_net_changes", "index_name", "captured_column_list",
-                                    "filegroup_name", "allow_partition_switch"]),
+    "sp_cdc_enable_table": (
+        False,
+        [
+            "source_schema",
+            "source_name",
+            "role_name",
+            "capture_instance",
+            "supports_net_changes",
+            "index_name",
+            "captured_column_list",
+            "filegroup_name",
+            "allow_partition_switch",
+        ],
+    ),
     "sp_cdc_disable_table": (False, ["source_schema", "source_name", "capture_instance"]),
     "sp_cdc_help_change_data_capture": (True, ["source_schema", "source_name"]),
     "sp_cdc_help_jobs": (True, []),
@@ -84,11 +113,24 @@ PROCEDURES = {
 }
 
 _SYSTEM_SCHEMAS = {"sys": "sys", "cdc": "cdc", "dbo": "dbo", "information_schema": "INFORMATION_SCHEMA"}
-_DATETIME_COLUMNS = {"tran_begin_time", "tran_end_time", "create_date", "ddl_time", "start_time", "end_time",
-                     "last_commit_time", "last_commit_cdc_time"}
-_FUNCTION_TYPES = {"fn_cdc_map_lsn_to_time": "datetime", "getdate": "datetime", "getutcdate": "datetime",
-                   "sysdatetime": "datetime2(7)", "sysutcdatetime": "datetime2(7)",
-                   "sysdatetimeoffset": "datetimeoffset(7)"}
+_DATETIME_COLUMNS = {
+    "tran_begin_time",
+    "tran_end_time",
+    "create_date",
+    "ddl_time",
+    "start_time",
+    "end_time",
+    "last_commit_time",
+    "last_commit_cdc_time",
+}
+_FUNCTION_TYPES = {
+    "fn_cdc_map_lsn_to_time": "datetime",
+    "getdate": "datetime",
+    "getutcdate": "datetime",
+    "sysdatetime": "datetime2(7)",
+    "sysutcdatetime": "datetime2(7)",
+    "sysdatetimeoffset": "datetimeoffset(7)",
+}
 
 
 def to_tsql_markers(sql: str) -> str:
@@ -106,16 +148,23 @@ def translate(sql: str, resolver: Resolver | None = None) -> Translation:
         pg_level = {"SNAPSHOT": "REPEATABLE READ", "READ UNCOMMITTED": "READ COMMITTED"}.get(level, level)
         # Session default for later transactions, and this one if it has just begun (psqlODBC
         # opens the transaction right before this statement in manual-commit mode).
-        return Translation(f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {pg_level}",
-                           isolation=level, data_access=False,
-                           extra=[f"SET TRANSACTION ISOLATION LEVEL {pg_level}"])
+        return Translation(
+            f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {pg_level}",
+            isolation=level,
+            data_access=False,
+            extra=[f"SET TRANSACTION ISOLATION LEVEL {pg_level}"],
+        )
     m = _TXN.match(text)
     if m:
         verb = m.group(1).split()[0].upper()
         return Translation(verb, data_access=False)
     m = _ALTER_DB.match(text)
     if m:
-        column = "allow_snapshot_isolation" if m.group(1).upper() == "ALLOW_SNAPSHOT_ISOLATION" else "is_read_committed_snapshot_on"
+        column = (
+            "allow_snapshot_isolation"
+            if m.group(1).upper() == "ALLOW_SNAPSHOT_ISOLATION"
+            else "is_read_committed_snapshot_on"
+        )
         return Translation(f"UPDATE standin.settings SET {column} = {m.group(2).upper() == 'ON'}", data_access=False)
     m = _SET_OPTION.match(text)
     if m:
@@ -209,7 +258,15 @@ def _literal(sql: str, value: str) -> str:
 
 def _declared_type(original: str, column: str) -> str:
     """The column's type as written (sqlglot normalises ntext/real/rowversion away)."""
-    pattern = r"(?:\[" + re.escape(column) + r"\]|\"" + re.escape(column) + r"\"|(?<![\w\[\"])" + re.escape(column) + r"(?![\w\]\"]))"
+    pattern = (
+        r"(?:\["
+        + re.escape(column)
+        + r"\]|\""
+        + re.escape(column)
+        + r"\"|(?<![\w\[\"])"
+        + re.escape(column)
+        + r"(?![\w\]\"]))"
+    )
     m = re.search(pattern + r"\s+(\w+(?:\s*\(\s*(?:max|\d+)\s*(?:,\s*\d+\s*)?\))?)", original, re.IGNORECASE)
     if not m:
         raise ValueError(f"cannot find the type of column {column}")
@@ -221,7 +278,9 @@ def _table_parts(table: exp.Table) -> tuple[str, str]:
     return _SYSTEM_SCHEMAS.get(schema.lower(), schema), table.name
 
 
-def _column_ddl(sql: str, coldef: exp.ColumnDef, original: str, resolver_free: bool = True) -> tuple[str, sstypes.ColumnType, bool]:
+def _column_ddl(
+    sql: str, coldef: exp.ColumnDef, original: str, resolver_free: bool = True
+) -> tuple[str, sstypes.ColumnType, bool]:
     name = coldef.name
     try:
         ctype = sstypes.parse(_declared_type(original, name))
@@ -258,11 +317,15 @@ def _register(schema: str, table: str, columns: list[tuple[str, sstypes.ColumnTy
     rel = f'"{schema}"."{table}"'
     rows = []
     for name, ct, identity in columns:
+
         def q(v):
             return "NULL" if v is None else (str(v) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'")
+
         rows.append(
-            f"('{rel}'::regclass::oid, {q(name)}, {q(ct.declared)}, {q(ct.type_name)}, {ct.max_length}, {ct.precision}, "
-            f"{ct.scale}, {q(ct.char_max_length)}, {q(ct.datetime_precision)}, {q(ct.normalize)}, {str(identity).lower()})"
+            f"('{rel}'::regclass::oid, {q(name)}, {q(ct.declared)}, {q(ct.type_name)}, "
+            f"{ct.max_length}, {ct.precision}, "
+            f"{ct.scale}, {q(ct.char_max_length)}, {q(ct.datetime_precision)}, {q(ct.normalize)}, "
+            f"{str(identity).lower()})"
         )
     return (
         "INSERT INTO standin.declared_columns VALUES " + ", ".join(rows) + ";"
@@ -355,8 +418,11 @@ def _generate(sql: str, tree: exp.Expression, resolver: Resolver | None) -> str:
 def _rewrite_table(sql: str, table: exp.Table) -> exp.Expression:
     catalog = table.catalog
     if catalog and catalog.lower() == "msdb":
-        return exp.Table(this=exp.to_identifier(f"msdb_{table.name}", quoted=True), db=exp.to_identifier("standin", quoted=True),
-                         alias=table.args.get("alias"))
+        return exp.Table(
+            this=exp.to_identifier(f"msdb_{table.name}", quoted=True),
+            db=exp.to_identifier("standin", quoted=True),
+            alias=table.args.get("alias"),
+        )
     if catalog:
         table.set("catalog", None)  # three-part name in the current database
     db = table.args.get("db")
@@ -424,6 +490,8 @@ def _rewrite_convert(sql: str, node: exp.Convert, tables, resolver: Resolver | N
         is_datetime = parsed.type_name == "datetime"
         if parsed.type_name in ("datetime2", "time", "datetimeoffset"):
             digits = parsed.scale
-    call = exp.Anonymous(this="sys.convert_style", expressions=[
-        value, exp.maybe_parse(style_sql), exp.Literal.number(digits), exp.Boolean(this=is_datetime)])
+    call = exp.Anonymous(
+        this="sys.convert_style",
+        expressions=[value, exp.maybe_parse(style_sql), exp.Literal.number(digits), exp.Boolean(this=is_datetime)],
+    )
     return exp.cast(call, pg_target)
