@@ -528,6 +528,24 @@ def test_permission_denied_surfaces_as_error_229(sqlserver):
     conn.close()
 
 
+def test_another_process_needs_only_the_connection_string(sqlserver):
+    """Spark's Python workers open their own pyodbc connections: nothing to patch, just the string."""
+    import subprocess
+    import sys
+
+    _orders(sqlserver)
+    sqlserver.execute_tsql("INSERT INTO [dbo].[orders] ([id]) VALUES (1)")
+    high = sqlserver.wait_until_captured()
+    code = (
+        "import pyodbc, sys; c = pyodbc.connect(sys.argv[1]); "
+        "print(c.execute('SELECT sys.fn_cdc_get_max_lsn()').fetchone()[0].hex())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, sqlserver.connection_string()], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == high.hex()
+
+
 # ------------------------------------------------------------------------------ statements
 
 
