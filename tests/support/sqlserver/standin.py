@@ -10,15 +10,17 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
-
-from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
 from . import capture
 from . import types as sstypes
 from .proxy import TsqlProxy
 from .statements import StatementRecorder
+
+if TYPE_CHECKING:  # any object with host, port, superuser, password, dsn(), connect(), create_database()
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
 ODBC_DRIVER = "PostgreSQL Unicode"  # Debian's psqlODBC (odbc-postgresql), registered by its package
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
