@@ -1,0 +1,382 @@
+"""The stand-in's capture job: committed changes -> cdc.<capture_instance>_CT, asynchronously.
+
+Like SQL Server's capture agent job it runs apart from the writers: a thread reads committed
+transactions from a logical replication slot (``test_decoding``), in commit order, and for each
+transaction touching a captured table writes one ``cdc.lsn_time_mapping`` row and its change rows,
+all with ``__$start_lsn`` = the transaction's commit LSN and ``__$seqval`` ordering the changes.
+A transaction is only taken once it committed at least ``lag`` seconds ago (capture latency);
+while paused (Agent stopped, or the capture job stopped) nothing is captured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from . import lsn as lsnlib
+
+log = logging.getLogger(__name__)
+
+SLOT = "standin_cdc_capture"
+
+_CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE|TRUNCATE): ?(?P<rest>.*)$", re.DOTALL)
+_FIELD = re.compile(
+    r"(?P<name>\"(?:[^\"]|\"\")*\"|[^\s\[\"]+)\[(?P<type>[^\]]*)\]:(?P<value>'(?:[^']|'')*'|\S+)", re.DOTALL
+)
+_COMMIT = re.compile(r"^COMMIT (?P<xid>\d+)(?: \(at (?P<ts>.+)\))?$")
+_BEGIN = re.compile(r"^BEGIN (?P<xid>\d+)$")
+_UNCHANGED = object()
+
+
+def _parse_tuple(text: str) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for m in _FIELD.finditer(text):
+        name = m.group("name")
+        if name.startswith('"'):
+            name = name[1:-1].replace('""', '"')
+        raw = m.group("value")
+        if raw == "null":
+            value: object = None
+        elif raw == "unchanged-toast-datum":
+            value = _UNCHANGED
+        elif raw.startswith("'"):
+            value = raw[1:-1].replace("''", "'")
+        else:
+            value = raw
+        values[name] = value
+    return values
+
+
+@dataclass
+class _Change:
+    lsn: str
+    table: str  # as test_decoding prints it: schema.table with quote_ident
+    op: str
+    old: dict[str, object] | None
+    new: dict[str, object] | None
+
+
+@dataclass
+class _Transaction:
+    xid: int
+    begin_lsn: str
+    commit_lsn: str = ""
+    commit_time: str | None = None
+    changes: list[_Change] = field(default_factory=list)
+
+
+@dataclass
+class _Instance:
+    name: str
+    table_key: str
+    start_lsn: bytes
+    columns: list[tuple[str, str]]  # (name, pg type) in captured-column ordinal order
+    key_columns: list[str]
+
+
+class CaptureJob:
+    """Background capture thread for one stand-in database."""
+
+    def __init__(self, dsn: str, *, lag: float = 0.0, poll_interval: float = 0.1):
+        self.dsn = dsn
+        self.lag = lag
+        self.poll_interval = poll_interval
+        self.paused = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._caught_up_to = 0  # WAL position (int) everything before which has been captured
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.scans = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> CaptureJob:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="standin-capture")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.is_set():
+                try:
+                    self._scan(conn)
+                except Exception as error:  # keep the job alive, report in wait_until_captured
+                    log.exception("stand-in capture scan failed")
+                    self.error = error
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_until_captured(self, dsn_conn: psycopg.Connection, timeout: float = 30.0) -> None:
+        """Blocks until every transaction committed before the call has been through capture."""
+        target = _pg_int(dsn_conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.error is not None:
+                raise RuntimeError("the stand-in capture job failed") from self.error
+            with self._lock:
+                if self._caught_up_to >= target:
+                    return
+            self._wake.set()
+            time.sleep(0.02)
+        raise TimeoutError(f"capture did not reach {target:X} within {timeout}s (paused={self._is_paused(dsn_conn)})")
+
+    def _is_paused(self, conn: psycopg.Connection) -> bool:
+        running = conn.execute("SELECT agent_running AND capture_job_running FROM standin.settings").fetchone()[0]
+        return self.paused or not running
+
+    # -- one scan -----------------------------------------------------------------------------
+
+    def _scan(self, conn: psycopg.Connection) -> None:
+        if self._is_paused(conn):
+            return
+        started = time.time()
+        target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        rows = conn.execute(
+            "SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, "
+            "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')",
+            (SLOT, target),
+        ).fetchall()
+        transactions = self._group(rows)
+        instances = self._instances(conn)
+        now = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+        done_to: str | None = None
+        captured_tx = 0
+        commands = 0
+        complete = True
+        for txn in transactions:
+            if not txn.commit_lsn:
+                complete = False  # still being decoded (should not happen: peek stops at commits)
+                break
+            committed_at = conn.execute(
+                "SELECT extract(epoch FROM %s::timestamptz)::float8", (txn.commit_time,)
+            ).fetchone()[0]
+            if now - committed_at < self.lag:
+                complete = False
+                break
+            n = self._capture(conn, txn, instances)
+            if n:
+                captured_tx += 1
+                commands += n
+            done_to = txn.commit_lsn
+        if done_to is not None:
+            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (SLOT, done_to))
+        if captured_tx:
+            last = max(
+                (t for t in transactions if t.commit_lsn and _pg_int(t.commit_lsn) <= _pg_int(done_to)),
+                key=lambda t: _pg_int(t.commit_lsn),
+            )
+            last_lsn = lsnlib.debezium_string(lsnlib.from_pg(last.commit_lsn))
+            conn.execute(
+                "INSERT INTO standin.log_scan_sessions (start_time, end_time, duration, start_lsn, "
+                "current_lsn, end_lsn, "
+                "tran_count, last_commit_lsn, last_commit_time, log_record_count, command_count, first_begin_cdc_lsn, "
+                "last_commit_cdc_lsn, last_commit_cdc_time, latency) VALUES "
+                "(standin.round_datetime(to_timestamp(%s)::timestamp), "
+                "sys.getdate(), %s, %s, %s, %s, %s, %s, "
+                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s, %s, %s, "
+                "standin.round_datetime(%s::timestamptz::timestamp), %s)",
+                (
+                    started,
+                    int(time.time() - started),
+                    last_lsn,
+                    last_lsn,
+                    last_lsn,
+                    captured_tx,
+                    last_lsn,
+                    last.commit_time,
+                    commands,
+                    commands,
+                    last_lsn,
+                    last_lsn,
+                    last.commit_time,
+                    max(int(now - _epoch(conn, last.commit_time)), 0),
+                ),
+            )
+        self.scans += 1
+        if complete:
+            with self._lock:
+                self._caught_up_to = max(self._caught_up_to, _pg_int(target))
+
+    @staticmethod
+    def _group(rows) -> list[_Transaction]:
+        transactions: list[_Transaction] = []
+        current: _Transaction | None = None
+        for lsn, _xid, data in rows:
+            m = _BEGIN.match(data)
+            if m:
+                current = _Transaction(int(m.group("xid")), lsn)
+                transactions.append(current)
+                continue
+            m = _COMMIT.match(data)
+            if m and current is not None:
+                current.commit_lsn = lsn
+                current.commit_time = m.group("ts")
+                current = None
+                continue
+            m = _CHANGE.match(data)
+            if m and current is not None:
+                op, rest = m.group("op"), m.group("rest")
+                old = new = None
+                if op == "UPDATE":
+                    if rest.startswith("old-key: "):
+                        old_text, new_text = rest[len("old-key: ") :].split(" new-tuple: ", 1)
+                        old, new = _parse_tuple(old_text), _parse_tuple(new_text)
+                    else:
+                        new = _parse_tuple(rest)
+                elif op == "INSERT":
+                    new = _parse_tuple(rest)
+                elif op == "DELETE":
+                    old = _parse_tuple(rest)
+                current.changes.append(_Change(lsn, m.group("table"), op, old, new))
+        return transactions
+
+    @staticmethod
+    def _instances(conn: psycopg.Connection) -> dict[str, list[_Instance]]:
+        rows = conn.execute(
+            """SELECT ct.capture_instance, format('%s.%s', quote_ident(n.nspname), quote_ident(c.relname)),
+                      ct.start_lsn,
+                      (SELECT array_agg(cc.column_name::text ORDER BY cc.column_ordinal)
+                         FROM cdc.captured_columns cc WHERE cc.object_id = ct.object_id),
+                      (SELECT array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY cc.column_ordinal)
+                         FROM cdc.captured_columns cc
+                         JOIN pg_attribute a ON a.attrelid = ct.object_id::oid AND a.attname = cc.column_name
+                        WHERE cc.object_id = ct.object_id),
+                      coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i
+                         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                        WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
+               FROM cdc.change_tables ct JOIN pg_class c ON c.oid = ct.source_object_id::oid
+               JOIN pg_namespace n ON n.oid = c.relnamespace"""
+        ).fetchall()
+        found: dict[str, list[_Instance]] = {}
+        for name, key, start_lsn, cols, types, keys in rows:
+            found.setdefault(key, []).append(
+                _Instance(name, key, bytes(start_lsn), list(zip(cols or [], types or [])), keys)
+            )
+        return found
+
+    def _capture(self, conn: psycopg.Connection, txn: _Transaction, instances: dict[str, list[_Instance]]) -> int:
+        commit = lsnlib.from_pg(txn.commit_lsn)
+        rows_by_instance: dict[str, list[tuple]] = {}
+        command_id = 0
+        slot_counts: dict[str, int] = {}
+        for change in txn.changes:
+            targets = [i for i in instances.get(change.table, []) if i.start_lsn < commit]
+            if not targets or change.op == "TRUNCATE":
+                continue
+            command_id += 1
+            slot = slot_counts.get(change.lsn, 0)
+            slot_counts[change.lsn] = slot + 1
+            seqval = lsnlib.from_pg(change.lsn, slot)
+            for inst in targets:
+                names = [c for c, _ in inst.columns]
+                out = rows_by_instance.setdefault(inst.name, [])
+                if change.op == "INSERT":
+                    out.append(
+                        (
+                            seqval,
+                            2,
+                            _mask(len(names), range(1, len(names) + 1)),
+                            [change.new.get(c) for c in names],
+                            command_id,
+                        )
+                    )
+                elif change.op == "DELETE":
+                    out.append(
+                        (
+                            seqval,
+                            1,
+                            _mask(len(names), range(1, len(names) + 1)),
+                            [change.old.get(c) for c in names],
+                            command_id,
+                        )
+                    )
+                else:
+                    old = change.old or change.new
+                    new = {k: (old.get(k) if v is _UNCHANGED else v) for k, v in change.new.items()}
+                    changed = [i + 1 for i, c in enumerate(names) if old.get(c) != new.get(c)]
+                    if any(old.get(k) != new.get(k) for k in inst.key_columns):
+                        # a key update is captured as delete + insert (what Debezium documents)
+                        full = _mask(len(names), range(1, len(names) + 1))
+                        out.append((seqval, 1, full, [old.get(c) for c in names], command_id))
+                        out.append((seqval, 2, full, [new.get(c) for c in names], command_id))
+                    else:
+                        mask = _mask(len(names), changed)
+                        out.append((seqval, 3, mask, [old.get(c) for c in names], command_id))
+                        out.append((seqval, 4, mask, [new.get(c) for c in names], command_id))
+        if not rows_by_instance:
+            return 0
+        with conn.transaction():
+            for inst_name, rows in rows_by_instance.items():
+                inst = next(i for group in instances.values() for i in group if i.name == inst_name)
+                cols = "".join(f', "{c}"' for c, _ in inst.columns)
+                casts = "".join(f", %s::{t}" for _, t in inst.columns)
+                sql = (
+                    f'INSERT INTO cdc."{inst_name}_CT" ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", '
+                    f'"__$update_mask"{cols}, "__$command_id") VALUES (%s, NULL, %s, %s, %s{casts}, %s)'
+                )
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        sql,
+                        [
+                            (commit, seq, op, mask, *[_text(v) for v in values], cid)
+                            for seq, op, mask, values, cid in rows
+                        ],
+                    )
+            conn.execute(
+                "INSERT INTO cdc.lsn_time_mapping (start_lsn, tran_begin_time, tran_end_time, tran_id, tran_begin_lsn) "
+                "VALUES (%s, standin.round_datetime(%s::timestamptz::timestamp), "
+                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s) "
+                "ON CONFLICT (start_lsn) DO NOTHING",
+                (commit, txn.commit_time, txn.commit_time, txn.xid.to_bytes(10, "big"), lsnlib.from_pg(txn.begin_lsn)),
+            )
+        return sum(len(r) for r in rows_by_instance.values())
+
+
+def _text(value: object) -> str | None:
+    return None if value is None or value is _UNCHANGED else str(value)
+
+
+def _mask(ncols: int, ordinals) -> bytes:
+    nbytes = max((ncols + 7) // 8, 1)
+    value = 0
+    for ordinal in ordinals:
+        value |= 1 << (ordinal - 1)
+    return value.to_bytes(nbytes, "big")
+
+
+def _pg_int(pg_lsn: str) -> int:
+    high, low = pg_lsn.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def _epoch(conn: psycopg.Connection, ts: str) -> float:
+    return conn.execute("SELECT extract(epoch FROM %s::timestamptz)::float8", (ts,)).fetchone()[0]
+
+
+def create_slot(conn: psycopg.Connection) -> None:
+    with contextlib.suppress(psycopg.errors.DuplicateObject):
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (SLOT,))
+
+
+def drop_slot(conn: psycopg.Connection) -> None:
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))

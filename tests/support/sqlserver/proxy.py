@@ -1,0 +1,316 @@
+"""A PostgreSQL-protocol proxy that translates T-SQL on the wire (tests only).
+
+psqlODBC connects here instead of to PostgreSQL. Client messages pass through byte for byte
+except the SQL text of Query ('Q') and Parse ('P') messages, which is translated from T-SQL.
+psqlODBC's own statements (BEGIN/COMMIT, its per-statement savepoints, DEALLOCATE, catalog
+queries on pg_catalog) pass untouched; in a Query they are split off the product's statement
+they are glued to (``BEGIN;<stmt>``, ``SAVEPOINT _EXEC_SVP_x;<stmt>``).
+
+Errors the stand-in raises itself (an untranslatable statement; error 3952) are answered by the
+proxy: the statement is not sent, the server only gets a Sync (or the driver's prefix), and the
+ErrorResponse is slipped in before the ReadyForQuery that comes back. Server errors that have a
+SQL Server counterpart (permission denied -> 229) are rewritten on the way back.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+from collections.abc import Callable
+
+from .translate import Resolver, Untranslatable, to_tsql_markers, translate
+
+_INTERNAL = re.compile(
+    r"^\s*(?:BEGIN|COMMIT|ROLLBACK|SAVEPOINT\s+_\w+|RELEASE(?:\s+SAVEPOINT)?\s+_\w+|ROLLBACK\s+TO(?:\s+SAVEPOINT)?\s+_\w+"
+    r"|DEALLOCATE\s+\"?_\w+\"?|SET\s+DateStyle\b.*|SET\s+extra_float_digits\b.*|SET\s+client_encoding\b.*|show\s+\w+"
+    r"|select\s+.*\bpg_(?:catalog|type|class|attribute|namespace|index|proc)\b.*)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_PERMISSION = re.compile(r"permission denied for (table|view|function|schema|sequence|relation) (\S+)")
+_MISSING_RELATION = re.compile(r'relation "([^"]+)" does not exist')
+_MISSING_FUNCTION = re.compile(r"function ([\w.\"$]+)\(")
+
+
+def _is_internal(segment: str) -> bool:
+    return bool(_INTERNAL.match(segment))
+
+
+def split_driver_statements(text: str) -> tuple[list[str], str, list[str]]:
+    """``'BEGIN;SAVEPOINT s;<stmt>'`` -> (['BEGIN', 'SAVEPOINT s'], '<stmt>', [])."""
+    head: list[str] = []
+    rest = text
+    while ";" in rest:
+        first, remainder = rest.split(";", 1)
+        if not _is_internal(first):
+            break
+        head.append(first)
+        rest = remainder
+    tail: list[str] = []
+    while ";" in rest:
+        remainder, last = rest.rsplit(";", 1)
+        if last.strip() == "":
+            rest = remainder
+            continue
+        if not _is_internal(last):
+            break
+        tail.insert(0, last)
+        rest = remainder
+    if _is_internal(rest) or not rest.strip():
+        return [*head, *([rest] if rest.strip() else []), *tail], "", []
+    return head, rest, tail
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+def error_response(sqlstate: str, message: str, severity: str = "ERROR") -> bytes:
+    fields = b"".join(
+        code + value.encode() + b"\0"
+        for code, value in ((b"S", severity), (b"V", severity), (b"C", sqlstate), (b"M", message))
+    )
+    return _message(b"E", fields + b"\0")
+
+
+class _Session:
+    """One client connection: two pump threads and the little state translation needs."""
+
+    def __init__(self, proxy: TsqlProxy, client: socket.socket):
+        self.proxy = proxy
+        self.client = client
+        self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
+        for sock in (self.client, self.server):  # small protocol messages: no Nagle delays
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_lock = threading.Lock()
+        self.isolation = "READ COMMITTED"
+        self.status = b"I"  # last ReadyForQuery status from the server
+        self.pending_error: bytes | None = None  # sent before the next ReadyForQuery
+        self.last_verb = "SELECT"
+        self.fresh_txn = False  # a transaction began and has run nothing yet
+
+    def run(self) -> None:
+        threading.Thread(target=self._server_to_client, daemon=True, name="tsql-proxy-s2c").start()
+        try:
+            self._client_to_server()
+        finally:
+            for sock in (self.client, self.server):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _recv(sock: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def _send_client(self, data: bytes) -> None:
+        with self.client_lock:
+            self.client.sendall(data)
+
+    # -- client -> server -------------------------------------------------------------------
+
+    def _client_to_server(self) -> None:
+        try:
+            # startup (and a possible SSLRequest, refused: the DSN says sslmode=disable)
+            while True:
+                length = struct.unpack("!I", self._recv(self.client, 4))[0]
+                body = self._recv(self.client, length - 4)
+                code = struct.unpack("!I", body[:4])[0]
+                if code == 80877103:  # SSLRequest
+                    self._send_client(b"N")
+                    continue
+                self.server.sendall(struct.pack("!I", length) + body)
+                break
+            skipping = False
+            while True:
+                kind = self._recv(self.client, 1)
+                length = struct.unpack("!I", self._recv(self.client, 4))[0]
+                body = self._recv(self.client, length - 4)
+                if skipping:  # a Parse the proxy refused: drop the rest up to Sync
+                    if kind == b"S":
+                        skipping = False
+                        self.server.sendall(_message(b"S", b""))
+                    continue
+                if kind == b"Q":
+                    self.server.sendall(self._query(body))
+                elif kind == b"P":
+                    out = self._parse(body)
+                    if out is None:
+                        skipping = True
+                        continue
+                    self.server.sendall(out)
+                else:
+                    self.server.sendall(kind + struct.pack("!I", length) + body)
+                    if kind == b"X":
+                        return
+        except (EOFError, OSError):
+            return
+
+    def _refuse(self, sqlstate: str, message: str) -> None:
+        self.pending_error = error_response(sqlstate, message)
+
+    def _translate(self, statement: str) -> tuple[str | None, list[str]]:
+        """T-SQL -> PostgreSQL, or None after arranging an error for the client."""
+        self.proxy.recorder.record(to_tsql_markers(statement))
+        try:
+            result = translate(statement, self.proxy.resolver)
+        except Untranslatable as error:
+            self._refuse("42000", f"{error} (standin)")
+            return None, []
+        if result.isolation:
+            self.isolation = result.isolation
+        elif result.sql == "BEGIN":
+            self.fresh_txn = True
+        elif result.data_access and self.isolation == "SNAPSHOT" and not self.proxy.snapshot_allowed():
+            self._refuse(
+                "42000",
+                f"Snapshot isolation transaction failed accessing database '{self.proxy.database}' because snapshot "
+                "isolation is not allowed in this database. Use ALTER DATABASE to allow snapshot isolation. (3952)",
+            )
+            return None, []
+        verb = statement.strip().split(None, 1)[0].upper() if statement.strip() else "SELECT"
+        self.last_verb = verb if verb in ("SELECT", "INSERT", "UPDATE", "DELETE", "EXEC", "EXECUTE") else "SELECT"
+        return result.sql, result.extra
+
+    def _query(self, body: bytes) -> bytes:
+        text = body.rstrip(b"\0").decode()
+        head, statement, tail = split_driver_statements(text)
+        if not statement:
+            return _message(b"Q", body)
+        sql, extra = self._translate(statement)
+        if sql is None:
+            prefix = ";".join(head)
+            return _message(b"Q", prefix.encode() + b"\0") if prefix else _message(b"S", b"")
+        # isolation for a transaction psqlODBC opened right before this statement
+        in_new_txn = any(h.strip().upper() == "BEGIN" for h in head) or self.fresh_txn
+        if sql != "BEGIN" and not extra:
+            self.fresh_txn = False
+        parts = [*head, sql, *(extra if in_new_txn else []), *tail]
+        return _message(b"Q", ";".join(parts).encode() + b"\0")
+
+    def _parse(self, body: bytes) -> bytes | None:
+        name_end = body.index(b"\0")
+        query_end = body.index(b"\0", name_end + 1)
+        text = body[name_end + 1 : query_end].decode()
+        if _is_internal(text):
+            return _message(b"P", body)
+        sql, _extra = self._translate(text)
+        if sql is None:
+            return None
+        new_body = body[: name_end + 1] + sql.encode() + b"\0" + body[query_end + 1 :]
+        return _message(b"P", new_body)
+
+    # -- server -> client -------------------------------------------------------------------
+
+    def _server_to_client(self) -> None:
+        try:
+            while True:
+                kind = self._recv(self.server, 1)
+                length = struct.unpack("!I", self._recv(self.server, 4))[0]
+                body = self._recv(self.server, length - 4)
+                if kind == b"Z":
+                    self.status = body[:1]
+                    if self.pending_error is not None:
+                        error, self.pending_error = self.pending_error, None
+                        status = b"E" if self.status in (b"T", b"E") else b"I"
+                        self._send_client(error + _message(b"Z", status))
+                        continue
+                elif kind == b"E":
+                    body = self._rewrite_error(body)
+                self._send_client(kind + struct.pack("!I", len(body) + 4) + body)
+        except (EOFError, OSError):
+            try:
+                self.client.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _rewrite_error(self, body: bytes) -> bytes:
+        fields = {}
+        for part in body.rstrip(b"\0").split(b"\0"):
+            if part:
+                fields[part[:1]] = part[1:].decode(errors="replace")
+        code, text = fields.get(b"C"), fields.get(b"M", "")
+        if code in ("42P01", "42883"):  # SQL Server: Invalid object name (208)
+            m = _MISSING_RELATION.search(text) or _MISSING_FUNCTION.search(text)
+            if m:
+                return error_response("42S02", f"Invalid object name '{m.group(1).replace(chr(34), '')}'. (208)")[5:]
+            return body
+        if code == "42703":  # SQL Server: Invalid column name (207)
+            m = re.search(r'column "?([^"\s]+)"? does not exist', text)
+            if m:
+                column = m.group(1).split(".")[-1]
+                return error_response("42S22", f"Invalid column name '{column}'. (207)")[5:]
+            return body
+        if code != "42501":
+            return body
+        m = _PERMISSION.search(fields.get(b"M", ""))
+        if not m:
+            return body
+        kind, name = m.groups()
+        permission = "EXECUTE" if kind == "function" or self.last_verb.startswith("EXEC") else self.last_verb
+        schema = name if kind == "schema" else "dbo"
+        obj = "" if kind == "schema" else name
+        message = (
+            f"The {permission} permission was denied on the object '{obj}', database '{self.proxy.database}', "
+            f"schema '{schema}'. (229)"
+        )
+        rewritten = error_response("42000", message)
+        return rewritten[5:]
+
+
+class TsqlProxy:
+    """Listens on 127.0.0.1:<port> and relays to PostgreSQL, translating T-SQL."""
+
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        database: str,
+        *,
+        recorder,
+        resolver: Resolver | None = None,
+        snapshot_allowed: Callable[[], bool] = lambda: True,
+    ):
+        self.upstream_host = upstream_host
+        self.upstream_port = upstream_port
+        self.database = database
+        self.recorder = recorder
+        self.resolver = resolver
+        self.snapshot_allowed = snapshot_allowed
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True, name="tsql-proxy")
+
+    def start(self) -> TsqlProxy:
+        self._thread.start()
+        return self
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            session = _Session(self, client)
+            threading.Thread(target=session.run, daemon=True, name="tsql-proxy-c2s").start()
+
+    def stop(self) -> None:
+        self._closed = True
+        try:
+            self._listener.close()
+        except OSError:
+            pass

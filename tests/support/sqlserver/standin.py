@@ -1,0 +1,304 @@
+"""SqlServerStandIn: the object product tests use to get an emulated SQL Server (tests only).
+
+A PostgreSQL database holding the emulated CDC surface (catalog.sql), a capture job
+(capture.py), and a T-SQL proxy (proxy.py) that psqlODBC connects to. Product code gets
+``connection_string`` and calls ``pyodbc.connect`` on it like on SQL Server.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from . import capture
+from . import types as sstypes
+from .proxy import TsqlProxy
+from .statements import StatementRecorder
+
+if TYPE_CHECKING:  # any object with host, port, superuser, password, dsn(), connect(), create_database()
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
+
+ODBC_DRIVER = "PostgreSQL Unicode"  # Debian's psqlODBC (odbc-postgresql), registered by its package
+CATALOG_SQL = Path(__file__).with_name("catalog.sql")
+
+# psqlODBC options: booleans as SQL_BIT (pyodbc bool, like SQL Server's bit), server-side
+# prepare (the proxy sees Parse messages with $n markers, never client-interpolated literals),
+# no declare/fetch cursors (every statement reaches the proxy as written), no SSL to the proxy.
+DRIVER_OPTIONS = "SSLmode=disable;BoolsAsChar=0;UseServerSidePrepare=1;UseDeclareFetch=0;Protocol=7.4-1"
+
+
+class SqlServerStandIn:
+    """An emulated SQL Server database with CDC, reached through pyodbc + psqlODBC + the proxy."""
+
+    def __init__(
+        self,
+        cluster: PostgresCluster,
+        database: str = "standin",
+        *,
+        server_name: str = "STANDIN",
+        capture_lag: float = 0.0,
+        poll_interval: float = 0.1,
+        recorder: StatementRecorder | None = None,
+    ):
+        self.cluster = cluster
+        self.database = database
+        self.server_name = server_name
+        self.recorder = recorder if recorder is not None else StatementRecorder()
+        self._capture_lag = capture_lag
+        self._poll_interval = poll_interval
+        self._admin: psycopg.Connection | None = None
+        self._admin_lock = threading.Lock()
+        self._columns: dict[tuple[str, str], dict[str, sstypes.ColumnType]] = {}
+        self.proxy: TsqlProxy | None = None
+        self.capture: capture.CaptureJob | None = None
+        self._odbc = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> SqlServerStandIn:
+        self.cluster.create_database(self.database)
+        self._admin = psycopg.connect(self.cluster.dsn(self.database), autocommit=True)
+        install(self._admin, self.server_name)
+        self.capture = capture.CaptureJob(
+            self.cluster.dsn(self.database), lag=self._capture_lag, poll_interval=self._poll_interval
+        ).start()
+        self.proxy = TsqlProxy(
+            self.cluster.host,
+            self.cluster.port,
+            self.database,
+            recorder=self.recorder,
+            resolver=self._resolve,
+            snapshot_allowed=self._snapshot_allowed,
+        ).start()
+        return self
+
+    def stop(self, drop: bool = True) -> None:
+        if self._odbc is not None:
+            try:
+                self._odbc.close()
+            except Exception:
+                pass
+            self._odbc = None
+        if self.capture is not None:
+            self.capture.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self._admin is not None:
+            capture.drop_slot(self._admin)
+            self._admin.close()
+            self._admin = None
+        if drop:
+            with self.cluster.connect() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+    def __enter__(self) -> SqlServerStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- how the product reaches it -----------------------------------------------------------
+
+    @property
+    def driver(self) -> str:
+        return ODBC_DRIVER
+
+    def connection_string(self, user: str | None = None, password: str | None = None) -> str:
+        """An ODBC connection string for ``pyodbc.connect``, pointing at the proxy."""
+        assert self.proxy is not None, "start() first"
+        return (
+            f"DRIVER={{{ODBC_DRIVER}}};SERVER=127.0.0.1;PORT={self.proxy.port};DATABASE={self.database};"
+            f"UID={user or self.cluster.superuser};PWD={password if password is not None else self.cluster.password};"
+            f"{DRIVER_OPTIONS}"
+        )
+
+    def connect(self, autocommit: bool = True, **kwargs):
+        import pyodbc
+
+        return pyodbc.connect(self.connection_string(**kwargs), autocommit=autocommit)
+
+    def execute_tsql(self, sql: str, params: tuple | list = ()):
+        """Runs one T-SQL statement through pyodbc + the proxy (autocommit). Returns the rows if
+        it produced a result set, else the row count."""
+        if self._odbc is None:
+            self._odbc = self.connect()
+        cursor = self._odbc.cursor()
+        try:
+            cursor.execute(sql, *params) if params else cursor.execute(sql)
+            if cursor.description is not None:
+                return [tuple(row) for row in cursor.fetchall()]
+            return cursor.rowcount
+        finally:
+            cursor.close()
+
+    # -- CDC administration (the same T-SQL a DBA runs) -----------------------------------------
+
+    def enable_db(self) -> None:
+        self.execute_tsql("EXEC sys.sp_cdc_enable_db")
+
+    def enable_table(
+        self,
+        source_schema: str,
+        source_name: str,
+        *,
+        capture_instance: str | None = None,
+        role_name: str | None = None,
+        supports_net_changes: int | None = 0,
+        index_name: str | None = None,
+        captured_column_list: str | None = None,
+    ) -> str:
+        args = {
+            "source_schema": source_schema,
+            "source_name": source_name,
+            "role_name": role_name,
+            "capture_instance": capture_instance,
+            "supports_net_changes": supports_net_changes,
+            "index_name": index_name,
+            "captured_column_list": captured_column_list,
+        }
+        sql = "EXEC sys.sp_cdc_enable_table " + ", ".join(
+            f"@{k} = {_tsql_literal(v)}" for k, v in args.items() if v is not None or k == "role_name"
+        )
+        self.execute_tsql(sql)
+        return capture_instance or f"{source_schema}_{source_name}"
+
+    def disable_table(self, source_schema: str, source_name: str, capture_instance: str = "all") -> None:
+        self.execute_tsql(
+            f"EXEC sys.sp_cdc_disable_table @source_schema = {_tsql_literal(source_schema)}, "
+            f"@source_name = {_tsql_literal(source_name)}, @capture_instance = {_tsql_literal(capture_instance)}"
+        )
+
+    def set_snapshot_isolation(self, on: bool) -> None:
+        self.execute_tsql(f"ALTER DATABASE CURRENT SET ALLOW_SNAPSHOT_ISOLATION {'ON' if on else 'OFF'}")
+
+    # -- capture and cleanup jobs -------------------------------------------------------------
+
+    def wait_until_captured(self, timeout: float = 30.0) -> bytes | None:
+        """Waits until the capture job has processed everything committed so far; returns the max LSN."""
+        assert self.capture is not None
+        with self._admin_lock:
+            self.capture.wait_until_captured(self._admin, timeout)
+            value = self._admin.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0]
+        return bytes(value) if value is not None else None
+
+    def set_capture_lag(self, seconds: float) -> None:
+        assert self.capture is not None
+        self.capture.lag = seconds
+
+    def pause_capture(self) -> None:
+        """SQL Server Agent stopped: no capture; sys.dm_server_services reports the Agent stopped."""
+        self._admin_execute("UPDATE standin.settings SET agent_running = false")
+
+    def resume_capture(self) -> None:
+        self._admin_execute("UPDATE standin.settings SET agent_running = true")
+        if self.capture is not None:
+            self.capture.poke()
+
+    def cleanup(self, retention_minutes: int) -> bytes | None:
+        """Runs the cleanup job now with this retention; returns the new low water mark (or None)."""
+        value = self._admin_execute("SELECT standin.cleanup(%s)", (retention_minutes,))[0][0]
+        return bytes(value) if value is not None else None
+
+    # -- test helpers -------------------------------------------------------------------------
+
+    def admin_query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """PostgreSQL-side query on the stand-in database (for assertions on the emulation itself)."""
+        return self._admin_execute(sql, params)
+
+    def create_login(self, name: str, password: str) -> None:
+        """A PostgreSQL role the product can connect as (``connection_string(user=..., password=...)``)."""
+        from psycopg import sql as pgsql
+
+        with self._admin_lock:
+            self._admin.execute(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(name)))
+            self._admin.execute(
+                pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(pgsql.Identifier(name), pgsql.Literal(password))
+            )
+            for schema in ("dbo", "sys", "cdc", "standin", "INFORMATION_SCHEMA"):
+                self._admin.execute(
+                    pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(pgsql.Identifier(schema), pgsql.Identifier(name))
+                )
+            for schema in ("sys", "standin", "INFORMATION_SCHEMA"):
+                self._admin.execute(
+                    pgsql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                        pgsql.Identifier(schema), pgsql.Identifier(name)
+                    )
+                )
+            self._admin.execute(
+                pgsql.SQL(
+                    "GRANT SELECT ON cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
+                    "cdc.lsn_time_mapping TO {}"
+                ).format(pgsql.Identifier(name))
+            )
+
+    def _admin_execute(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._admin_lock:
+            cur = self._admin.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _snapshot_allowed(self) -> bool:
+        return bool(self._admin_execute("SELECT allow_snapshot_isolation FROM standin.settings")[0][0])
+
+    def _resolve(self, tables: list[tuple[str, str]], column: str) -> sstypes.ColumnType | None:
+        for attempt in range(2):
+            for key in tables:
+                found = self._columns.get(key, {}).get(column)
+                if found is not None:
+                    return found
+            if attempt == 0:
+                self._load_columns()
+        return None
+
+    def _load_columns(self) -> None:
+        rows = self._admin_execute(
+            "SELECT n.nspname, c.relname, d.column_name, d.declared FROM standin.declared_columns d "
+            "JOIN pg_class c ON c.oid = d.relid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        )
+        columns: dict[tuple[str, str], dict[str, sstypes.ColumnType]] = {}
+        for schema, table, column, declared in rows:
+            try:
+                columns.setdefault((schema, table), {})[column] = sstypes.parse(declared)
+            except sstypes.UnsupportedType:
+                pass
+        self._columns = columns
+
+
+def install(conn: psycopg.Connection, server_name: str) -> None:
+    """Creates the emulated SQL Server objects in the connected (empty) database."""
+    database = conn.execute("SELECT current_database()").fetchone()[0]
+    with conn.transaction():
+        conn.execute("SET LOCAL check_function_bodies = off")  # functions reference views created later
+        conn.execute(CATALOG_SQL.read_text())
+        conn.execute(
+            "INSERT INTO standin.settings (server_name, database_guid) VALUES (%s, %s)",
+            (server_name, str(uuid.uuid4())),
+        )
+        # T-SQL's bit takes 1/0: let integers go into boolean columns and compare with booleans.
+        conn.execute(
+            "UPDATE pg_cast SET castcontext = 'a' WHERE castsource = 'int4'::regtype AND casttarget = 'bool'::regtype"
+        )
+        conn.execute(
+            "CREATE FUNCTION standin.bool_eq_int(boolean, integer) RETURNS boolean LANGUAGE sql "
+            "IMMUTABLE AS 'SELECT $1 = ($2 <> 0)'"
+        )
+        conn.execute(
+            "CREATE FUNCTION standin.bool_ne_int(boolean, integer) RETURNS boolean LANGUAGE sql "
+            "IMMUTABLE AS 'SELECT $1 <> ($2 <> 0)'"
+        )
+        conn.execute("CREATE OPERATOR sys.= (LEFTARG = boolean, RIGHTARG = integer, FUNCTION = standin.bool_eq_int)")
+        conn.execute("CREATE OPERATOR sys.<> (LEFTARG = boolean, RIGHTARG = integer, FUNCTION = standin.bool_ne_int)")
+        conn.execute(f'ALTER DATABASE "{database}" SET search_path = dbo, sys, pg_catalog')
+    conn.execute("SET search_path = dbo, sys, pg_catalog")
+    capture.create_slot(conn)
+
+
+def _tsql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (int, bool)):
+        return str(int(value))
+    return "N'" + str(value).replace("'", "''") + "'"
