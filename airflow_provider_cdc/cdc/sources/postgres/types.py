@@ -22,9 +22,31 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
+from airflow_provider_cdc.cdc.value_modes import (  # re-exported: PostgreSQL code imports them from here
+    BINARY_MODES,
+    DECIMAL_MODES,
+    DEFAULT_PLACEHOLDER,
+    HSTORE_MODES,
+    INTERVAL_MODES,
+    MAX_DECIMAL_PRECISION,
+    TIME_PRECISION_MODES,
+    ValueConversionError,
+    ValueModes,
+)
+
+__all__ = [
+    "BINARY_MODES",
+    "DECIMAL_MODES",
+    "DEFAULT_PLACEHOLDER",
+    "HSTORE_MODES",
+    "INTERVAL_MODES",
+    "MAX_DECIMAL_PRECISION",
+    "TIME_PRECISION_MODES",
+    "ValueConversionError",
+    "ValueModes",
+]
 
 #: Session settings every capture connection uses, so text forms are deterministic.
 SESSION_SETTINGS: dict[str, str] = {
@@ -43,7 +65,6 @@ JSON, XML, POINT, FLOAT4, FLOAT8, MONEY = 114, 142, 600, 700, 701, 790
 BPCHAR, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ = 1042, 1043, 1082, 1083, 1114, 1184
 INTERVAL, TIMETZ, BIT, VARBIT, NUMERIC, UUID, JSONB = 1186, 1266, 1560, 1562, 1700, 2950, 3802
 
-MAX_DECIMAL_PRECISION = 38  # Arrow decimal128 and Spark DecimalType
 MONEY_PRECISION = 19  # money is an int64 of the smallest currency unit
 
 # Debezium's encodings of ±infinity for numeric temporal representations.
@@ -54,50 +75,6 @@ SPARK_MAX_MICROS = pgv.days_from_civil(9999, 12, 31) * pgv.US_PER_DAY + pgv.US_P
 SPARK_MIN_MICROS = pgv.days_from_civil(1, 1, 1) * pgv.US_PER_DAY
 SPARK_MAX_DAYS = pgv.days_from_civil(9999, 12, 31)
 SPARK_MIN_DAYS = pgv.days_from_civil(1, 1, 1)
-
-DECIMAL_MODES = ("precise", "double", "string")
-TIME_PRECISION_MODES = ("spark", "adaptive", "adaptive_time_microseconds", "connect")
-BINARY_MODES = ("bytes", "base64", "hex")
-HSTORE_MODES = ("json", "map")
-INTERVAL_MODES = ("numeric", "string")
-DEFAULT_PLACEHOLDER = "__debezium_unavailable_value"
-
-
-class ValueConversionError(CdcError):
-    """A source value has no representation in the column's mapped type."""
-
-
-@dataclass(frozen=True)
-class ValueModes:
-    """Debezium's value handling modes (``decimal.handling.mode`` and friends)."""
-
-    decimal: str = "precise"
-    time_precision: str = "spark"
-    binary: str = "bytes"
-    hstore: str = "json"
-    interval: str = "numeric"
-    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
-
-    def __post_init__(self) -> None:
-        for name, allowed in (
-            ("decimal", DECIMAL_MODES),
-            ("time_precision", TIME_PRECISION_MODES),
-            ("binary", BINARY_MODES),
-            ("hstore", HSTORE_MODES),
-            ("interval", INTERVAL_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise CdcConfigurationError(
-                    f"{name} handling mode {getattr(self, name)!r} is not one of {', '.join(allowed)}"
-                )
-
-    def to_dict(self) -> dict[str, str]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ValueModes:
-        return cls(**data)
-
 
 @dataclass(frozen=True)
 class PgType:
