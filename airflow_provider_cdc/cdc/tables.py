@@ -8,9 +8,11 @@ to it differs per database: PostgreSQL folds unquoted names to lower case and qu
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, UnknownTableError
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,31 @@ def split_identifier(text: str, rules: NameRules = POSTGRES_NAMES) -> list[str]:
         if text[i] != ".":
             raise CdcConfigurationError(f"unexpected {text[i]!r} in table name {text!r}")
         i += 1
+
+
+def select_tables(
+    explicit: Sequence[TableRef],
+    catalog: Callable[[], Sequence[TableRef]],
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    *,
+    example: str = "dbo\\.order.*",
+) -> tuple[TableRef, ...]:
+    """The captured tables: ``explicit`` ones, or every table of ``catalog()`` (read only then)
+    matching ``include`` (Debezium's ``table.include.list``: regular expressions on
+    ``schema.table``), minus ``exclude`` matches."""
+
+    def excluded(ref: TableRef) -> bool:
+        return any(re.fullmatch(p, ref.data_collection) for p in exclude)
+
+    if explicit:
+        refs = [r for r in explicit if not excluded(r)]
+    else:
+        refs = [r for r in catalog() if any(re.fullmatch(p, r.data_collection) for p in include) and not excluded(r)]
+    if not refs:
+        raise UnknownTableError(
+            f"no table to capture: table_include_list {list(include)} and table_exclude_list {list(exclude)} "
+            f"leave nothing{' of ' + ', '.join(map(str, explicit)) if explicit else ''}. Patterns are regular "
+            f"expressions that must match a whole 'schema.table' name (e.g. '{example}')"
+        )
+    return tuple(sorted(refs))

@@ -31,6 +31,7 @@ from airflow_provider_cdc.cdc.sources.postgres.tables import (
     pg_identifier,
 )
 from airflow_provider_cdc.cdc.sources.postgres.types import resolve_types
+from airflow_provider_cdc.cdc.tables import select_tables
 
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
@@ -236,17 +237,11 @@ def find_tables(
 def resolve_tables(
     conn, explicit: Sequence[TableRef], include: Sequence[str] = (), exclude: Sequence[str] = ()
 ) -> tuple[TableRef, ...]:
-    """The captured tables: ``explicit`` ones, or every table matching ``include`` (Debezium's
-    ``table.include.list``: regular expressions on ``schema.table``), minus ``exclude`` matches."""
-    import re
+    """The captured tables: ``explicit`` ones, or every table of the catalog matching ``include``,
+    minus ``exclude`` matches (:func:`cdc.tables.select_tables`)."""
 
-    def excluded(ref: TableRef) -> bool:
-        return any(re.fullmatch(p, ref.data_collection) for p in exclude)
-
-    if explicit:
-        refs = [r for r in explicit if not excluded(r)]
-    else:
-        catalog = [
+    def catalog() -> list[TableRef]:
+        return [
             TableRef(s, t)
             for s, t in conn.execute(
                 """
@@ -256,14 +251,8 @@ def resolve_tables(
                 """
             )
         ]
-        refs = [r for r in catalog if any(re.fullmatch(p, r.data_collection) for p in include) and not excluded(r)]
-    if not refs:
-        raise UnknownTableError(
-            f"no table to capture: table_include_list {list(include)} and table_exclude_list {list(exclude)} "
-            f"leave nothing{' of ' + ', '.join(map(str, explicit)) if explicit else ''}. Patterns are regular "
-            "expressions that must match a whole 'schema.table' name (e.g. 'public\\.order.*')"
-        )
-    return tuple(sorted(refs))
+
+    return select_tables(explicit, catalog, include, exclude, example="public\\.order.*")
 
 
 def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:

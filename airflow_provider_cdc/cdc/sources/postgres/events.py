@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.columns import ColumnRules
+from airflow_provider_cdc.cdc.column_plan import ColumnPlan
 from airflow_provider_cdc.cdc.envelope import (
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
@@ -28,7 +28,8 @@ from airflow_provider_cdc.cdc.envelope import (
     Op,
     message_schema,
 )
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
+from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.postgres import columnar
 from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn
 from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData
@@ -66,43 +67,6 @@ SOURCE_BLOCK = pa.struct(
 )
 
 
-@dataclass(frozen=True)
-class EventSettings:
-    """How values are represented and which columns and messages are captured."""
-
-    modes: ValueModes = field(default_factory=ValueModes)
-    columns: ColumnRules = field(default_factory=ColumnRules)
-    message_prefix_include: tuple[str, ...] = ()
-    message_prefix_exclude: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "modes": self.modes.to_dict(),
-            "columns": self.columns.to_dict(),
-            "message_prefix_include": list(self.message_prefix_include),
-            "message_prefix_exclude": list(self.message_prefix_exclude),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> EventSettings:
-        return cls(
-            modes=ValueModes.from_dict(data.get("modes", {})),
-            columns=ColumnRules.from_dict(data.get("columns", {})),
-            message_prefix_include=tuple(data.get("message_prefix_include", ())),
-            message_prefix_exclude=tuple(data.get("message_prefix_exclude", ())),
-        )
-
-
-@dataclass(frozen=True)
-class EventContext:
-    """Values shared by every event of one window."""
-
-    topic_prefix: str
-    database: str
-    window_id: str
-    ts_ms: int  # the window's planned time: fixed, so a re-run writes identical rows
-
-
 def sequence(last_commit_lsn: int | None, lsn: int) -> str:
     """Debezium's ``source.sequence``: ``["<last committed LSN>","<LSN>"]`` as compact JSON."""
     # int(): callers may pass an Lsn, whose str() is PostgreSQL's X/Y text; Debezium's are decimal.
@@ -117,44 +81,24 @@ class TableEncoder:
     def __init__(self, table: TableInfo, columns: Sequence[Column], settings: EventSettings):
         self.table = table
         self.relation_columns = tuple(columns)
-        rules = settings.columns
-        schema, name = table.ref.schema, table.ref.name
-        keys = set(table.key_columns)
-        self.positions = tuple(
-            i for i, c in enumerate(columns) if rules.keeps(f"{schema}.{name}.{c.name}", is_key=c.name in keys)
-        )
-        self.columns = tuple(columns[i] for i in self.positions)
-        if not self.columns:
-            raise CdcConfigurationError(f"the column filters leave no column of {table.ref} to capture")
-        self.codecs: tuple[Codec, ...] = tuple(
-            text_codec(settings.modes)
-            if rules.keeps_text(f"{schema}.{name}.{c.name}")
-            else codec_for(c.type, settings.modes)
-            for c in self.columns
-        )
-        self.masks = []
-        for column, codec in zip(self.columns, self.codecs):
-            mask = rules.mask_for(f"{schema}.{name}.{column.name}")
-            if mask is not None and column.name in keys:
-                raise CdcConfigurationError(
-                    f"{table.ref}.{column.name} is a key column: key columns are never masked (merges need them)"
-                )
-            if mask is not None and not pa.types.is_string(codec.arrow_type):
-                raise CdcConfigurationError(
-                    f"masking rule {mask.pattern!r} matches {table.ref}.{column.name}, which is captured as "
-                    f"{codec.description}; masks apply to character columns only"
-                )
-            self.masks.append(mask)
-        names = [c.name for c in self.columns]
-        self.key_columns = tuple(k for k in table.key_columns if k in names)
-        self.key_indexes = tuple(names.index(k) for k in self.key_columns)
-        relation_names = [c.name for c in columns]
-        self.relation_key_indexes = tuple(relation_names.index(k) for k in self.key_columns)
-        self.layout = EventLayout(
-            value_fields=tuple(pa.field(c.name, codec.arrow_type) for c, codec in zip(self.columns, self.codecs)),
-            key_columns=self.key_columns,
+        plan = ColumnPlan.build(
+            table.ref,
+            columns,
+            table.key_columns,
+            settings.columns,
+            name=lambda c: c.name,
+            codec=lambda c, as_text: text_codec(settings.modes) if as_text else codec_for(c.type, settings.modes),
             source_type=SOURCE_BLOCK,
         )
+        self.positions = plan.positions
+        self.columns = plan.columns
+        self.codecs: tuple[Codec, ...] = plan.codecs
+        self.masks = list(plan.masks)
+        self.key_columns = plan.key_columns
+        self.key_indexes = plan.key_indexes
+        relation_names = [c.name for c in columns]
+        self.relation_key_indexes = tuple(relation_names.index(k) for k in self.key_columns)
+        self.layout = plan.layout
 
     def typed(self, text_columns: Sequence[pa.Array]) -> list[pa.Array]:
         """Convert kept columns' text (one string array per kept column) to their types."""
@@ -272,13 +216,6 @@ def read_events(
         transaction=None,
         window_id=context.window_id,
     )
-
-
-def read_event_ts_ms(context: EventContext, source: dict) -> int:
-    """The ``ts_ms`` of rows read by a query: never before the read's ``source.ts_ms`` (a read
-    happens after the window was planned, and Debezium's lag ``ts_ms - source.ts_ms`` must not
-    come out negative)."""
-    return max(context.ts_ms, source["ts_ms"])
 
 
 def _source_array(context: EventContext, schema: str, table: str, snapshot: str, rows: list[tuple]) -> pa.StructArray:
