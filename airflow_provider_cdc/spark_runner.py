@@ -1,6 +1,6 @@
 """Running a capture job: in this process (embedded local Spark) or through ``spark-submit``.
 
-Both run the same engine function with the same :class:`PostgresJobSpec`. The submitted job
+Both run the same engine function with the same job spec (any source's). The submitted job
 gets the spec as a file without the password (mode 0600, deleted afterwards) and the password
 in an environment variable of the ``spark-submit`` process.
 """
@@ -18,7 +18,6 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +25,15 @@ log = logging.getLogger(__name__)
 DEFAULT_APPLICATION = str(Path(__file__).parent / "spark_jobs" / "cdc_job.py")
 
 
-def run_embedded(spec: PostgresJobSpec) -> CommitEntry:
-    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+def run_embedded(spec: Any) -> CommitEntry:
+    """Run a window's job (any source's spec) in this process."""
+    from airflow_provider_cdc.cdc.jobs import run_window_job
 
-    return run_job(spec)
+    return run_window_job(spec)
 
 
 def run_submitted(
-    spec: PostgresJobSpec,
+    spec: Any,
     *,
     spark_conn_id: str,
     conf: dict[str, str],

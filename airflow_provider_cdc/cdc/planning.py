@@ -163,6 +163,8 @@ def offset_after_commit(
     if entry.stats.get("run"):  # the scheduler run that landed the newest window of each kind (backfills)
         runs = record_run(updated.extra.get("runs"), entry.stats["run"], window.kind)
         updated = replace(updated, extra={**updated.extra, "runs": runs})
+    if "source_state" in entry.stats:  # what the source's job keeps for the next window (SQL Server: instances)
+        updated = replace(updated, extra={**updated.extra, "source_state": entry.stats["source_state"]})
     if "incremental" in entry.stats:  # the stream job's new incremental snapshot state
         updated = replace(updated, incremental=IncrementalState.from_dict(entry.stats["incremental"]))
     if entry.last_commit_lsn is not None:

@@ -56,5 +56,3 @@ class ValueModes:
     @classmethod
     def from_dict(cls, data: dict) -> ValueModes:
         return cls(**data)
-
-

@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from airflow_provider_cdc.cdc.errors import CdcError
-    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
     from airflow_provider_cdc.cdc.spark_session import get_or_create_session
     from airflow_provider_cdc.cdc.spec import StateJobSpec, job_kind
 
@@ -36,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
             state_spec = StateJobSpec.from_json(text)
             result: object = run_state_job(state_spec, lambda: get_or_create_session(state_spec.spark, submitted=True))
         else:
-            from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+            from airflow_provider_cdc.cdc.jobs import run_window_job, spec_from_json
 
-            spec = PostgresJobSpec.from_json(text)
+            spec = spec_from_json(text)
             spec = replace(spec, connection=spec.connection.with_password_from_env())
-            result = run_job(spec, spark_provider=lambda: get_or_create_session(spec.spark, submitted=True)).to_dict()
+            result = run_window_job(spec, lambda: get_or_create_session(spec.spark, submitted=True)).to_dict()
     except CdcError as exc:
         logging.getLogger("airflow_provider_cdc").error("%s: %s", type(exc).__name__, exc)
         return 2 if exc.terminal else 1

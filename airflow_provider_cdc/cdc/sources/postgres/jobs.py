@@ -21,7 +21,8 @@ from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import Topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink, write_parquet_file
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.chunks import CHUNK_ID_FIELD, staged_topic
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
@@ -274,21 +275,16 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
         )
         for ref in tables:
             topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
-            ranges = plans[ref]
-            work = _snapshot_work(spark, ranges)
-            if sink.is_local:
-                # Each task writes its own Parquet file with Arrow: no Arrow → JVM row conversion
-                # and no Spark writer (about half the snapshot's time, see docs/benchmarks.md).
-                files = functools.partial(
-                    _write_ranges, info, point, tables[ref], context, spec.events, ranges, writer.local_directory(topic)
-                )
-                rows[topic.name] = writer.record_files(topic, work.mapInArrow(files, "file string, rows long"))
-            else:
-                from airflow_provider_cdc.cdc.spark_session import spark_schema
-
-                reader = functools.partial(_read_ranges, info, point, tables[ref], context, spec.events, ranges)
-                frame = work.mapInArrow(reader, spark_schema(encoders[ref].layout.schema))
-                rows[topic.name] = writer.write_dataframe(topic, frame)
+            rows[topic.name] = write_partitions(
+                spark,
+                writer,
+                topic,
+                plans[ref],
+                functools.partial(_read_range, info, point, tables[ref], context, spec.events),
+                file_name=_range_file,
+                schema=encoders[ref].layout.schema,
+                local=sink.is_local,
+            )
             log.info("snapshot of %s: %d rows", ref, rows[topic.name])
             faults.point("snapshot.table_written")
     if spec.gap is not None:
@@ -308,52 +304,20 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     )
 
 
-def _snapshot_work(spark: Any, ranges: list[BlockRange]) -> Any:
-    """One Spark partition per block range, holding its index in ``ranges``.
-
-    ``spark.range`` is planned and run by the JVM alone; a DataFrame of the ranges themselves
-    (``createDataFrame`` over a parallelized list) cost 0.3-0.7 s more per snapshot job, measured
-    on jobs that do nothing else (docs/benchmarks.md)."""
-    return spark.range(0, len(ranges), 1, len(ranges))
-
-
-def _read_ranges(
+def _read_range(
     info: PgConnectionInfo,
     point: SnapshotPoint,
     table: TableInfo,
     context: EventContext,
     settings: EventSettings,
-    ranges: list[BlockRange],
-    batches: Iterator[pa.RecordBatch],
+    block_range: BlockRange,
 ) -> Iterator[pa.RecordBatch]:
-    # Runs in Spark's Python workers: one call per partition of block ranges.
-    for block_range in _block_ranges(ranges, batches):
-        yield from read_partition(info, point, table, block_range, context, settings)
+    # Runs in Spark's Python workers: one block range of the exported snapshot.
+    return read_partition(info, point, table, block_range, context, settings)
 
 
-def _write_ranges(
-    info: PgConnectionInfo,
-    point: SnapshotPoint,
-    table: TableInfo,
-    context: EventContext,
-    settings: EventSettings,
-    ranges: list[BlockRange],
-    directory: str,
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    # Runs in Spark's Python workers: each block range becomes one Parquet file, named by the
-    # range so a retried task replaces its own file instead of adding a second one.
-    for block_range in _block_ranges(ranges, batches):
-        path = f"{directory}/part-{block_range.first:010d}.parquet"
-        written = write_parquet_file(path, read_partition(info, point, table, block_range, context, settings))
-        yield pa.RecordBatch.from_pydict({"file": [path], "rows": [written]})
-
-
-def _block_ranges(ranges: list[BlockRange], batches: Iterator[pa.RecordBatch]) -> Iterator[BlockRange]:
-    """The block ranges of one Spark partition of :func:`_snapshot_work`."""
-    for batch in batches:
-        for index in batch.column("id").to_pylist():
-            yield ranges[index]
+def _range_file(block_range: BlockRange) -> str:
+    return f"part-{block_range.first:010d}.parquet"
 
 
 def _temporary_slot_name() -> str:

@@ -76,6 +76,7 @@ SPARK_MIN_MICROS = pgv.days_from_civil(1, 1, 1) * pgv.US_PER_DAY
 SPARK_MAX_DAYS = pgv.days_from_civil(9999, 12, 31)
 SPARK_MIN_DAYS = pgv.days_from_civil(1, 1, 1)
 
+
 @dataclass(frozen=True)
 class PgType:
     """A column type as the catalog describes it (domains and arrays resolved)."""
