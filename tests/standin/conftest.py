@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
-
 import pytest
 
-from tests.support.sqlserver import SqlServerStandIn, StatementRecorder
+from tests.support.sqlserver import StatementRecorder
+from tests.support.sqlserver.fixtures import standin_for
 
 RECORDER = StatementRecorder()  # every statement the tests send, checked as T-SQL at the end
 
 
 @pytest.fixture
 def sqlserver(request, pg15):
-    readable = re.sub(r"[^a-z0-9_]", "_", request.node.originalname.lower())[:30]
-    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    standin = SqlServerStandIn(pg15, f"ss_{readable}_{digest}", recorder=RECORDER, poll_interval=0.05).start()
-    try:
-        yield standin
-    finally:
-        standin.stop()
+    yield from standin_for(request, pg15, RECORDER)

@@ -892,6 +892,21 @@ BEGIN
     IF lower(job_type) = 'capture' THEN UPDATE standin.settings SET capture_job_running = false; END IF;
 END $$;
 
+-- Application locks owned by the session (sys.sp_getapplock / sp_releaseapplock with @LockOwner =
+-- 'Session'): PostgreSQL's session-level advisory locks behave the same way (held until released or
+-- the session ends). Returns sp_getapplock's codes: 0 granted, -1 timed out (only @LockTimeout = 0).
+CREATE FUNCTION sys.sp_getapplock_result(resource text) RETURNS int LANGUAGE sql AS $$
+    SELECT CASE WHEN pg_try_advisory_lock(hashtextextended('applock:' || resource, 0)) THEN 0 ELSE -1 END
+$$;
+CREATE PROCEDURE sys.sp_releaseapplock(resource text, lockowner text DEFAULT 'Transaction', dbprincipal text DEFAULT 'public')
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pg_advisory_unlock(hashtextextended('applock:' || resource, 0)) THEN
+        RAISE EXCEPTION 'Cannot release the application lock (Database Principal: ''public'', Resource: ''%'') because it is not currently held. (1223)', resource
+            USING ERRCODE = '42000';
+    END IF;
+END $$;
+
 -- Purges change rows below low_water_mark and raises the instance's start_lsn (sys.sp_cdc_cleanup_change_table).
 CREATE PROCEDURE sys.sp_cdc_cleanup_change_table(capture_instance text, low_water_mark bytea, threshold bigint DEFAULT 5000)
 LANGUAGE plpgsql AS $$

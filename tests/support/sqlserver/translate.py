@@ -61,6 +61,13 @@ _EXEC = re.compile(
     r"^\s*EXEC(?:UTE)?\s+(?:\[?\w+\]?\.)?(?:\[?(\w+)\]?\.)?\[?(\w+)\]?(.*?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
 )
 _GLOBAL = re.compile(r"@@(\w+)")
+# The one batch with a variable the product sends: take an application lock and return its code.
+_GETAPPLOCK = re.compile(
+    r"^\s*DECLARE\s+@(\w+)\s+int\s*;\s*EXEC\s+@\1\s*=\s*sys\.sp_getapplock\s+@Resource\s*=\s*(\$\d+|N?'[^']*')\s*,"
+    r"\s*@LockMode\s*=\s*N?'Exclusive'\s*,\s*@LockOwner\s*=\s*N?'Session'\s*,\s*@LockTimeout\s*=\s*0\s*;"
+    r"\s*SELECT\s+@\1\s*;?\s*$",
+    re.IGNORECASE,
+)
 # T-SQL built-ins emulated in schema sys; routed there explicitly so sqlglot keeps them as calls.
 _BUILTINS = (
     "SYSDATETIMEOFFSET",
@@ -110,6 +117,7 @@ PROCEDURES = {
     "sp_cdc_start_job": (False, ["job_type"]),
     "sp_cdc_stop_job": (False, ["job_type"]),
     "sp_cdc_cleanup_change_table": (False, ["capture_instance", "low_water_mark", "threshold"]),
+    "sp_releaseapplock": (False, ["resource", "lockowner", "dbprincipal"]),
 }
 
 _SYSTEM_SCHEMAS = {"sys": "sys", "cdc": "cdc", "dbo": "dbo", "information_schema": "INFORMATION_SCHEMA"}
@@ -174,6 +182,9 @@ def translate(sql: str, resolver: Resolver | None = None) -> Translation:
         return Translation(f"SET standin.{m.group(1).lower()} = '{m.group(2).lower()}'", data_access=False)
     if _USE.match(text):
         return Translation("SET standin.use_database = 'current'", data_access=False)
+    m = _GETAPPLOCK.match(text)
+    if m:
+        return Translation(f"SELECT sys.sp_getapplock_result({_literal(sql, m.group(2))})")
     m = _EXEC.match(text)
     if m:
         return _translate_exec(sql, m.group(1), m.group(2), m.group(3))

@@ -1,0 +1,370 @@
+"""A SQL Server capture: its settings, its setup (preflight only), and one run's session.
+
+``SqlServerCapture`` is what DAG authors write (validated at DAG parse, no I/O, no Spark);
+:class:`SqlServerRun` is how the shared operators talk to SQL Server during a run: the capture
+lock (``sp_getapplock``), the capture job's newest LSN (``sys.fn_cdc_get_max_lsn()``) as the
+window's end, the retention edge of each capture instance, and the job spec.
+
+Unlike PostgreSQL, SQL Server has nothing to acknowledge: the capture job writes change rows
+whether anyone reads them or not, and only the cleanup job's retention protects the changes a
+capture has not read yet (docs/sqlserver.md). Setup creates nothing either: enabling CDC on the
+database and tables is the DBA's step, and setup checks it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from airflow_provider_cdc.captures.base import Capture, SourceRun
+from airflow_provider_cdc.cdc import planning as core
+from airflow_provider_cdc.cdc.columns import ColumnRules
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.event_settings import EventSettings
+from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.sinks.storage import check_writable
+from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
+from airflow_provider_cdc.cdc.sources.sqlserver.spec import (
+    DATA_QUERY_MODES,
+    SNAPSHOT_ISOLATION_MODES,
+    SqlServerJobSpec,
+)
+from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
+from airflow_provider_cdc.cdc.value_modes import ValueModes
+from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SqlServerCapture(Capture):
+    """Configuration of one SQL Server capture. See docs/sqlserver.md for every field."""
+
+    OFFSET_TYPE: ClassVar[type[CaptureOffset]] = SqlServerOffset
+    NAMES = SQLSERVER_NAMES
+    SOURCE_NAME = "SQL Server"
+
+    sqlserver_conn_id: str
+    # The ODBC driver (default: the connection's "driver" extra, else "ODBC Driver 18 for SQL Server").
+    odbc_driver: str | None = None
+    # Debezium's data.query.mode: "function" reads cdc.fn_cdc_get_all_changes_<instance>, "direct"
+    # the change table itself (ordered by __$command_id too).
+    data_query_mode: str = "function"
+    # Debezium's snapshot.isolation.mode (the ones that need no table locks): docs/sqlserver.md.
+    snapshot_isolation_mode: str = "snapshot"
+    # The zone of the server's clock: cdc.lsn_time_mapping keeps local times (source.ts_ms).
+    server_time_zone: str = "UTC"
+    # Tables that join after the snapshot: incremental snapshots are not available on SQL Server yet.
+    new_table_snapshot: str = field(default="fail", kw_only=True)
+
+    def validate_source(self) -> None:
+        if not self.sqlserver_conn_id:
+            raise CdcConfigurationError("sqlserver_conn_id is required")
+        if self.data_query_mode not in DATA_QUERY_MODES:
+            raise CdcConfigurationError(
+                f"data_query_mode {self.data_query_mode!r} is not one of {', '.join(DATA_QUERY_MODES)}"
+            )
+        if self.snapshot_isolation_mode not in SNAPSHOT_ISOLATION_MODES:
+            raise CdcConfigurationError(
+                f"snapshot_isolation_mode {self.snapshot_isolation_mode!r} is not one of "
+                f"{', '.join(SNAPSHOT_ISOLATION_MODES)}"
+            )
+        try:
+            ZoneInfo(self.server_time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise CdcConfigurationError(
+                f"server_time_zone {self.server_time_zone!r} is not a time zone name (e.g. 'UTC', 'Europe/Berlin')"
+            ) from None
+        if self.offset_store == "state_table":
+            raise CdcConfigurationError(
+                "offset_store='state_table' keeps offsets in a PostgreSQL table; a SQL Server capture uses "
+                "'variable' (an Airflow Variable) or an OffsetStore instance"
+            )
+        if self.signal_table is not None:
+            raise CdcConfigurationError(
+                "signal_table: incremental snapshots are not available for SQL Server captures yet; re-snapshot "
+                "with snapshot_mode='always' for one run instead"
+            )
+        if self.new_table_snapshot != "fail":
+            raise CdcConfigurationError(
+                "new_table_snapshot must be 'fail' for a SQL Server capture (incremental snapshots of a table that "
+                "joins later are not available yet)"
+            )
+
+    @property
+    def conn_id(self) -> str:
+        return self.sqlserver_conn_id
+
+    def position(self, text: str) -> SqlServerLsn:
+        return SqlServerLsn(text)
+
+    def hook(self) -> SqlServerCdcHook:
+        from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
+
+        return SqlServerCdcHook(self.sqlserver_conn_id, driver=self.odbc_driver)
+
+    def connection_errors(self) -> tuple[type[BaseException], ...]:
+        import pyodbc
+
+        return (pyodbc.OperationalError, pyodbc.InterfaceError)
+
+    def resolve_tables(self, conn: Any) -> tuple[TableRef, ...]:
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+
+        return admin.resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
+
+    def resolve_tables_now(self) -> tuple[TableRef, ...]:
+        if self.table_refs:
+            return self.table_refs
+        with self.hook().session() as conn:
+            return self.resolve_tables(conn)
+
+    def identity(self, database_guid: str, database: str) -> OffsetIdentity:
+        return OffsetIdentity(self.topic_prefix, database_guid, database, None)
+
+    def store(self) -> OffsetStore:
+        if not isinstance(self.offset_store, str):
+            return self.offset_store
+        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+        return VariableOffsetStore()
+
+    def event_settings(self) -> EventSettings:
+        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
+            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
+        return EventSettings(
+            modes=ValueModes(
+                decimal=self.decimal_handling_mode,
+                time_precision=self.time_precision_mode,
+                binary=self.binary_handling_mode,
+            ),
+            columns=ColumnRules.from_options(
+                include=tuple(self.column_include_list),
+                exclude=tuple(self.column_exclude_list),
+                debezium_properties=self.column_masks,
+                as_text=tuple(self.column_text_list),
+            ),
+        )
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def setup(self, log: logging.Logger) -> dict[str, Any]:
+        """Preflight: every problem in one error, each with its fix. SQL Server's CDC objects are
+        the DBA's (``sys.sp_cdc_enable_db`` / ``sp_cdc_enable_table``): nothing is created."""
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+        from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
+
+        problems = Problems("setup")
+        with problems.check():
+            check_writable(self.sink_path)
+        hook = self.hook()
+        with hook.session() as conn:
+            server = admin.server_info(conn)
+            problems.add(
+                admin.check_server(server, needs_snapshot_isolation=self.snapshot_isolation_mode == "snapshot"),
+                heading="the database cannot be captured",
+            )
+            tables: tuple[TableRef, ...] = ()
+            with problems.check():
+                tables = self.resolve_tables(conn)
+            found, table_problems = admin.describe_tables(conn, tables) if server.cdc_enabled else ({}, [])
+            problems.add(table_problems, heading="captured tables are not ready")
+            for table in found.values():  # column filters and masks that cannot apply
+                with problems.check():
+                    TableEncoder(table, table.columns, self.event_settings())
+            problems.add(admin.check_change_access(conn, list(found.values())), heading="missing permissions")
+            problems.add(admin.check_agent(conn), heading="the capture job is not running")
+        store = self.store()
+        with problems.check():
+            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
+            if stored is not None:
+                stored.check_identity(
+                    self.identity(server.database_guid, server.database), source=store.describe(self.topic_prefix)
+                )
+        problems.raise_if_any()
+        log.info(
+            "capture %s ready: database %s, %d table(s) with capture instances %s",
+            self.topic_prefix,
+            server.database,
+            len(found),
+            ", ".join(i.name for t in found.values() for i in t.instances),
+        )
+        return {
+            **self.describe(),
+            "database": server.database,
+            "server_version": server.version,
+            "capture_instances": {ref.data_collection: [i.name for i in t.instances] for ref, t in found.items()},
+            "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in found.items()},
+        }
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def open_run(self, log: logging.Logger) -> Iterator[SqlServerRun]:
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+
+        hook = self.hook()
+        with hook.capture_lock(self.topic_prefix) as conn:
+            server = admin.server_info(conn)
+            run = SqlServerRun(self, hook, conn, self.identity(server.database_guid, server.database))
+            run.tables = self.resolve_tables(conn)
+            yield run
+
+
+@dataclass(frozen=True)
+class SqlServerStatus:
+    """Where the capture job and the cleanup job stand, for the captured tables' instances."""
+
+    max_lsn: SqlServerLsn | None
+    oldest: dict[str, SqlServerLsn | None]  # capture instance -> its oldest change (None: gone)
+
+
+class SqlServerRun(SourceRun):
+    """One run's session with SQL Server, on the connection holding the capture lock."""
+
+    def __init__(self, capture: SqlServerCapture, hook: SqlServerCdcHook, conn: Any, identity: OffsetIdentity):
+        self.capture = capture
+        self.hook = hook
+        self.conn = conn
+        self.identity = identity
+        self.tables = ()
+        self._status: SqlServerStatus | None = None
+
+    def status(self) -> SqlServerStatus:
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+
+        instances = admin.capture_instances(self.conn)
+        names = [i.name for ref in self.tables for i in instances.get(ref, ())]
+        return SqlServerStatus(admin.max_lsn(self.conn), {name: admin.min_lsn(self.conn, name) for name in names})
+
+    def unavailable(self, offset: CaptureOffset | None, status: SqlServerStatus) -> tuple[str, str] | None:
+        """Changes after the offset that the cleanup job purged, or an instance disabled meanwhile."""
+        if offset is None or offset.lsn is None:
+            return None
+        for name in _known_instances(offset):
+            if name not in status.oldest or status.oldest[name] is None:
+                return "instance_missing", f"capture instance {name!r} was disabled: its unread changes are gone"
+            oldest = status.oldest[name]
+            assert oldest is not None
+            if oldest > offset.lsn:
+                return (
+                    "changes_purged",
+                    f"the cleanup job purged changes of {name!r} before {oldest}, past the stored offset {offset.lsn}",
+                )
+        return None
+
+    def prepare_snapshot(self, decision: SnapshotDecision, status: SqlServerStatus) -> None:
+        """Nothing to create: the snapshot is positioned by the capture job's newest LSN."""
+
+    def gap(
+        self, decision: SnapshotDecision, offset: CaptureOffset | None, status: SqlServerStatus, now_ms: int
+    ) -> CaptureGap:
+        assert decision.gap_reason is not None
+        return CaptureGap(
+            reason=decision.gap_reason,
+            detail=decision.reason,
+            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
+            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
+            slot_confirmed_lsn=None,
+            wal_status=None,
+            detected_ts_ms=now_ms,
+        )
+
+    def plan_stream(self, offset: CaptureOffset | None, requested: Any, now_ms: int) -> StreamPlan:
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+        from airflow_provider_cdc.cdc.sources.sqlserver.stream import ChangesPurgedError
+
+        newest = admin.max_lsn(self.conn)
+        current = SqlServerLsn(0) if newest is None else newest.next()  # windows end before their `to`
+        notes: list[str] = []
+        start = core.stream_start(
+            self.capture.snapshot_mode,
+            offset,
+            self.identity,
+            offset_type=SqlServerOffset,
+            start=current,
+            start_name="after the capture job's newest LSN",
+        ).note_into(notes)
+        lost = self.unavailable(start, self.status())
+        if lost is not None:
+            raise ChangesPurgedError(
+                f"capture {self.capture.topic_prefix!r} cannot continue from {start.lsn}: {lost[1]}. Re-snapshot "
+                "(snapshot_mode='when_needed' records the gap and re-snapshots), and raise the cleanup job's "
+                "retention (sys.sp_cdc_change_job @job_type = N'cleanup', @retention = <minutes>)"
+            )
+        target = SqlServerLsn(requested) if requested is not None else current
+        window, planned = core.plan_window(
+            start, target=target, current=current, now_ms=now_ms, notes=notes, current_name="capture job's position"
+        )
+        self._newest = newest
+        return StreamPlan(window, planned, None, tuple(notes))
+
+    def heartbeat(self, query: str) -> None:
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(query)
+        finally:
+            cursor.close()
+
+    def acknowledge(self, position: Any) -> None:
+        """SQL Server has no reader position to move: the change rows stay until the cleanup job."""
+        return None
+
+    def finish_landed(self, offset: CaptureOffset | None) -> None:
+        """Nothing to bring up to date on the server."""
+
+    def window_detail(self, window: Window, status: Any) -> str:
+        newest = getattr(self, "_newest", None)
+        return f"; the capture job is at {newest}" if newest is not None else "; the capture job has no changes yet"
+
+    def lag(self) -> int | None:
+        return None  # SQL Server has no byte measure of unread changes; the health check reports retention
+
+    def job_spec(
+        self,
+        window: Window,
+        offset: CaptureOffset | None,
+        *,
+        run: dict[str, Any] | None,
+        checkpoint: dict[str, Any] | None,
+        gap: CaptureGap | None = None,
+    ) -> SqlServerJobSpec:
+        capture = self.capture
+        return SqlServerJobSpec(
+            topic_prefix=capture.topic_prefix,
+            connection=self.hook.connection_info,
+            tables=self.tables,
+            window=window,
+            sink_path=capture.sink_path,
+            options=capture.capture_options(),
+            spark=capture.spark_options(),
+            events=capture.event_settings(),
+            gap=gap,
+            data_query_mode=capture.data_query_mode,
+            snapshot_isolation_mode=capture.snapshot_isolation_mode,
+            server_time_zone=capture.server_time_zone,
+            known_instances=tuple(_known_instances(offset)) if window.kind == "stream" else (),
+            run=run,
+            checkpoint=checkpoint,
+        )
+
+
+def _known_instances(offset: CaptureOffset | None) -> list[str]:
+    if offset is None:
+        return []
+    return list((offset.extra.get("source_state") or {}).get("instances") or ())
+
+
+__all__ = ["SqlServerCapture", "SqlServerRun"]

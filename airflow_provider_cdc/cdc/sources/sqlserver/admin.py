@@ -1,0 +1,429 @@
+"""SQL Server's CDC catalog: the server, capture instances, tables, LSN functions, preflight checks.
+
+Every statement here is T-SQL sent through pyodbc with ``?`` parameters; identifiers are quoted
+with brackets (:data:`cdc.tables.SQLSERVER_NAMES`) and values are bound. What each check
+reports names the fix (the ``sys.sp_cdc_*`` call or the grant), like the PostgreSQL preflight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    ConcurrentCaptureError,
+    UnknownTableError,
+)
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_message, error_number
+from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn, lsn_or_none
+from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType
+from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef, select_tables
+
+#: ``sys.databases.snapshot_isolation_state``: 1 = ON (0 OFF, 2 turning off, 3 turning on).
+SNAPSHOT_ISOLATION_ON = 1
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    database: str
+    database_guid: str
+    server_name: str
+    version: str
+    cdc_enabled: bool
+    snapshot_isolation: bool
+
+
+@dataclass(frozen=True)
+class SqlColumn:
+    name: str
+    type: SqlServerType
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SqlColumn:
+        return cls(data["name"], SqlServerType.from_json(data["type"]))
+
+
+@dataclass(frozen=True)
+class CaptureInstance:
+    """One capture instance of a table (``cdc.change_tables``): its name, where its change rows
+    start (``start_lsn``, raised by the cleanup job) and the columns it captures, in order."""
+
+    name: str
+    table: TableRef
+    start_lsn: SqlServerLsn | None
+    object_id: int
+    index_name: str | None
+    columns: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "table": self.table.to_json(),
+            "start_lsn": None if self.start_lsn is None else int(self.start_lsn),
+            "object_id": self.object_id,
+            "index_name": self.index_name,
+            "columns": list(self.columns),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaptureInstance:
+        return cls(
+            name=data["name"],
+            table=TableRef(*data["table"]),
+            start_lsn=lsn_or_none(data.get("start_lsn")),
+            object_id=int(data["object_id"]),
+            index_name=data.get("index_name"),
+            columns=tuple(data["columns"]),
+        )
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A captured table: its columns (as the table has them now), key and capture instances
+    (oldest first: after a schema change the newer one takes over at its ``start_lsn``)."""
+
+    ref: TableRef
+    columns: tuple[SqlColumn, ...]
+    key_columns: tuple[str, ...]
+    instances: tuple[CaptureInstance, ...]
+
+    def column(self, name: str) -> SqlColumn:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref.to_json(),
+            "columns": [c.to_json() for c in self.columns],
+            "key_columns": list(self.key_columns),
+            "instances": [i.to_json() for i in self.instances],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableInfo:
+        return cls(
+            ref=TableRef(*data["ref"]),
+            columns=tuple(SqlColumn.from_json(c) for c in data["columns"]),
+            key_columns=tuple(data["key_columns"]),
+            instances=tuple(CaptureInstance.from_json(i) for i in data["instances"]),
+        )
+
+
+def quote(name: str) -> str:
+    return SQLSERVER_NAMES.quote(name)
+
+
+def rows(conn: Any, statement: str, *params: Any) -> list[tuple]:
+    cursor = conn.cursor()
+    try:
+        cursor.execute(statement, *params)
+        return [tuple(r) for r in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
+def value(conn: Any, statement: str, *params: Any) -> Any:
+    found = rows(conn, statement, *params)
+    return found[0][0] if found else None
+
+
+# -- server ------------------------------------------------------------------------------------
+
+SERVER_SQL = (
+    "SELECT DB_NAME(), @@SERVERNAME, CAST(SERVERPROPERTY('ProductVersion') AS nvarchar(128)), "
+    "d.is_cdc_enabled, d.snapshot_isolation_state, "
+    "(SELECT CAST(r.database_guid AS nvarchar(36)) FROM sys.database_recovery_status r "
+    "WHERE r.database_id = DB_ID()) "
+    "FROM sys.databases d WHERE d.database_id = DB_ID()"
+)
+
+
+def server_info(conn: Any) -> ServerInfo:
+    database, server, version, cdc_enabled, isolation, guid = rows(conn, SERVER_SQL)[0]
+    return ServerInfo(
+        database=database,
+        database_guid=str(guid).upper(),
+        server_name=server or "",
+        version=version or "",
+        cdc_enabled=bool(cdc_enabled),
+        snapshot_isolation=int(isolation or 0) == SNAPSHOT_ISOLATION_ON,
+    )
+
+
+def check_server(info: ServerInfo, *, needs_snapshot_isolation: bool) -> list[str]:
+    problems = []
+    if not info.cdc_enabled:
+        problems.append(
+            f"change data capture is not enabled on database {quote(info.database)}. Run, as a member of "
+            f"sysadmin: USE {quote(info.database)}; EXEC sys.sp_cdc_enable_db;"
+        )
+    if needs_snapshot_isolation and not info.snapshot_isolation:
+        problems.append(
+            f"snapshot_isolation_mode='snapshot' needs snapshot isolation on database {quote(info.database)}. Run: "
+            f"ALTER DATABASE {quote(info.database)} SET ALLOW_SNAPSHOT_ISOLATION ON; (or choose "
+            "snapshot_isolation_mode='read_committed', see docs/sqlserver.md)"
+        )
+    return problems
+
+
+AGENT_SQL = "SELECT status_desc FROM sys.dm_server_services WHERE servicename LIKE N'SQL Server Agent%'"
+
+
+def agent_running(conn: Any) -> bool | None:
+    """Is SQL Server Agent (which runs the capture job) running? None when not visible (the view
+    needs VIEW SERVER STATE; Azure SQL Database has no Agent and runs capture itself)."""
+    try:
+        status = value(conn, AGENT_SQL)
+    except Exception:
+        return None
+    return None if status is None else str(status).lower() == "running"
+
+
+# -- tables and capture instances --------------------------------------------------------------
+
+INSTANCES_SQL = (
+    "SELECT s.name, t.name, ct.capture_instance, ct.start_lsn, ct.object_id, ct.index_name "
+    "FROM cdc.change_tables ct "
+    "JOIN sys.tables t ON ct.source_object_id = t.object_id "
+    "JOIN sys.schemas s ON t.schema_id = s.schema_id "
+    "ORDER BY s.name, t.name, ct.create_date, ct.capture_instance"
+)
+CAPTURED_COLUMNS_SQL = "SELECT column_name FROM cdc.captured_columns WHERE object_id = ? ORDER BY column_ordinal"
+_KEY_COLUMNS = (
+    "SELECT c.name FROM sys.indexes i "
+    "JOIN sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id "
+    "JOIN sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
+    "JOIN sys.tables t ON t.object_id = i.object_id JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "WHERE s.name = ? AND t.name = ? AND ic.key_ordinal > 0 AND "
+)
+#: The primary key's columns; with @index_name, that unique index's (Debezium's rule).
+PRIMARY_KEY_SQL = _KEY_COLUMNS + "i.is_primary_key = 1 ORDER BY ic.key_ordinal"
+INDEX_KEY_SQL = _KEY_COLUMNS + "i.name = ? ORDER BY ic.key_ordinal"
+TABLES_SQL = (
+    "SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "WHERE t.is_ms_shipped = 0 AND s.name <> N'cdc'"
+)
+
+
+def capture_instances(conn: Any) -> dict[TableRef, list[CaptureInstance]]:
+    """Every capture instance of the database, per table, oldest first."""
+    out: dict[TableRef, list[CaptureInstance]] = {}
+    for schema, table, name, start_lsn, object_id, index_name in rows(conn, INSTANCES_SQL):
+        ref = TableRef(schema, table)
+        columns = tuple(r[0] for r in rows(conn, CAPTURED_COLUMNS_SQL, object_id))
+        out.setdefault(ref, []).append(
+            CaptureInstance(name, ref, lsn_or_none(start_lsn), int(object_id), index_name, columns)
+        )
+    for instances in out.values():
+        instances.sort(key=lambda i: (i.start_lsn or 0, i.name))
+    return out
+
+
+def resolve_tables(
+    conn: Any, explicit: Sequence[TableRef], include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> tuple[TableRef, ...]:
+    """The captured tables: ``explicit`` ones, or every user table matching ``include``, minus
+    ``exclude`` matches (:func:`cdc.tables.select_tables`)."""
+    return select_tables(
+        explicit, lambda: [TableRef(s, t) for s, t in rows(conn, TABLES_SQL)], include, exclude, example="dbo\\.order.*"
+    )
+
+
+def table_columns(conn: Any, ref: TableRef) -> tuple[SqlColumn, ...]:
+    return tuple(
+        SqlColumn(name, SqlServerType(str(type_name).lower(), int(max_length), int(precision), int(scale)))
+        for name, type_name, max_length, precision, scale, _nullable, _computed in rows(
+            conn, CATALOG_SQL, ref.schema, ref.name
+        )
+    )
+
+
+def describe_tables(conn: Any, refs: Sequence[TableRef]) -> tuple[dict[TableRef, TableInfo], list[str]]:
+    """The catalog description of each of ``refs``, and a problem (with its fix) for each that
+    cannot be captured: missing, no capture instance, no key, a captured column missing."""
+    instances = capture_instances(conn)
+    existing = set(rows(conn, TABLES_SQL))
+    found: dict[TableRef, TableInfo] = {}
+    problems: list[str] = []
+    missing = [r for r in refs if (r.schema, r.name) not in existing]
+    if missing:
+        problems.append(f"these tables do not exist (or are not visible to the capture login): {_names(missing)}")
+    for ref in refs:
+        if ref in missing:
+            continue
+        table_instances = tuple(instances.get(ref, ()))
+        if not table_instances:
+            problems.append(
+                f"table {ref.quoted(SQLSERVER_NAMES)} has no capture instance: CDC is not enabled on it. Run: "
+                f"EXEC sys.sp_cdc_enable_table @source_schema = N'{_literal(ref.schema)}', "
+                f"@source_name = N'{_literal(ref.name)}', @role_name = NULL;"
+            )
+            continue
+        columns = table_columns(conn, ref)
+        index_name = table_instances[-1].index_name
+        key = tuple(
+            r[0]
+            for r in (
+                rows(conn, INDEX_KEY_SQL, ref.schema, ref.name, index_name)
+                if index_name
+                else rows(conn, PRIMARY_KEY_SQL, ref.schema, ref.name)
+            )
+        )
+        if not key:
+            problems.append(
+                f"table {ref.quoted(SQLSERVER_NAMES)} has no primary key and its capture instance "
+                f"{table_instances[-1].name!r} names no unique index: change events need a key. Add a primary key, "
+                "or re-create the capture instance with @index_name = N'<a unique index>'"
+            )
+            continue
+        names = {c.name for c in columns}
+        newest = table_instances[-1]
+        gone = [c for c in newest.columns if c not in names]
+        if gone:
+            problems.append(
+                f"capture instance {newest.name!r} of {ref.quoted(SQLSERVER_NAMES)} captures column(s) {gone} "
+                "the table no longer has"
+            )
+        uncaptured_keys = [k for k in key if k not in newest.columns]
+        if uncaptured_keys:
+            problems.append(
+                f"capture instance {newest.name!r} of {ref.quoted(SQLSERVER_NAMES)} does not capture key column(s) "
+                f"{uncaptured_keys}: re-create it with them in @captured_column_list"
+            )
+            continue
+        found[ref] = TableInfo(ref, columns, key, table_instances)
+    return found, problems
+
+
+def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
+    """Can the capture login read each capture instance's changes? (error 229 otherwise)."""
+    problems = []
+    for table in tables:
+        for instance in table.instances:
+            try:
+                rows(conn, f"SELECT TOP (0) __$start_lsn FROM cdc.{quote(instance.name + '_CT')}")
+            except Exception as exc:
+                if error_number(exc) != 229:
+                    raise
+                problems.append(
+                    f"the capture login cannot read the changes of {instance.name!r} ({error_message(exc)}). "
+                    "Grant it SELECT on the cdc schema (GRANT SELECT ON SCHEMA::cdc TO <user>), or add it to the "
+                    "capture instance's gating role"
+                )
+    return problems
+
+
+def check_agent(conn: Any) -> list[str]:
+    running = agent_running(conn)
+    if running is False:
+        return [
+            "SQL Server Agent is not running: the capture job that fills the change tables runs under it, so no "
+            "change would arrive. Start the SQL Server Agent service (and the capture job: "
+            "EXEC sys.sp_cdc_start_job @job_type = N'capture')"
+        ]
+    return []
+
+
+def _names(refs: Sequence[TableRef]) -> str:
+    return ", ".join(r.quoted(SQLSERVER_NAMES) for r in refs)
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+# -- LSNs ----------------------------------------------------------------------------------------
+
+
+def max_lsn(conn: Any) -> SqlServerLsn | None:
+    """``sys.fn_cdc_get_max_lsn()``: the newest commit the capture job has processed."""
+    return lsn_or_none(value(conn, "SELECT sys.fn_cdc_get_max_lsn()"))
+
+
+def min_lsn(conn: Any, instance: str) -> SqlServerLsn | None:
+    """``sys.fn_cdc_get_min_lsn``: the oldest change an instance still holds (None: no such instance)."""
+    found = lsn_or_none(value(conn, "SELECT sys.fn_cdc_get_min_lsn(?)", instance))
+    return None if found is None or int(found) == 0 else found
+
+
+MAP_OPERATORS = (
+    "largest less than",
+    "largest less than or equal",
+    "smallest greater than",
+    "smallest greater than or equal",
+)
+
+
+def map_time_to_lsn(conn: Any, operator: str, when: datetime) -> SqlServerLsn | None:
+    """``sys.fn_cdc_map_time_to_lsn``: commits by their ``tran_end_time`` (server local time)."""
+    if operator not in MAP_OPERATORS:
+        raise CdcConfigurationError(f"relational operator {operator!r} is not one of {', '.join(MAP_OPERATORS)}")
+    found = lsn_or_none(value(conn, "SELECT sys.fn_cdc_map_time_to_lsn(?, ?)", operator, when))
+    return None if found is None or int(found) == 0 else found
+
+
+def lsn_times(conn: Any, low: SqlServerLsn, high: SqlServerLsn) -> dict[int, tuple[datetime, bytes | None]]:
+    """Commit time and transaction id of every commit in ``[low, high]`` (``cdc.lsn_time_mapping``)."""
+    return {
+        int(SqlServerLsn(start)): (end_time, tran_id)
+        for start, end_time, tran_id in rows(
+            conn,
+            "SELECT start_lsn, tran_end_time, tran_id FROM cdc.lsn_time_mapping "
+            "WHERE start_lsn >= ? AND start_lsn <= ? ORDER BY start_lsn",
+            low.to_bytes(),
+            high.to_bytes(),
+        )
+    }
+
+
+# -- the capture lock ----------------------------------------------------------------------------
+
+LOCK_SQL = (
+    "DECLARE @result int; "
+    "EXEC @result = sys.sp_getapplock @Resource = ?, @LockMode = N'Exclusive', @LockOwner = N'Session', "
+    "@LockTimeout = 0; "
+    "SELECT @result"
+)
+UNLOCK_SQL = "EXEC sys.sp_releaseapplock @Resource = ?, @LockOwner = N'Session'"
+
+
+def lock_resource(capture: str) -> str:
+    digest = hashlib.blake2b(capture.encode(), digest_size=8).hexdigest()
+    return f"airflow-provider-cdc:{digest}"
+
+
+def try_capture_lock(conn: Any, capture: str) -> None:
+    """Take the capture's application lock (``sp_getapplock``, owned by the session) or fail at once."""
+    result = value(conn, LOCK_SQL, lock_resource(capture))
+    if result is None or int(result) < 0:
+        raise ConcurrentCaptureError(
+            f"capture {capture!r} is already running in another session (it holds the SQL Server application lock "
+            f"{lock_resource(capture)!r}). Only one run per capture may read at a time: set max_active_runs=1 on "
+            "the DAG, and wait for the other run to finish."
+        )
+
+
+def release_capture_lock(conn: Any, capture: str) -> None:
+    rows_affected = conn.cursor()
+    try:
+        rows_affected.execute(UNLOCK_SQL, lock_resource(capture))
+    finally:
+        rows_affected.close()
+
+
+def require_tables(found: dict[TableRef, TableInfo], refs: Sequence[TableRef], problems: list[str]) -> None:
+    """Raise the problems describing ``refs`` found (used where no preflight collected them)."""
+    if problems:
+        raise UnknownTableError("; ".join(problems))
+    missing = [r for r in refs if r not in found]
+    if missing:
+        raise UnknownTableError(f"tables not found: {_names(missing)}")

@@ -1,0 +1,235 @@
+"""The job of one SQL Server window (snapshot or stream), in-process or under ``spark-submit``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.errors import CdcStateError
+from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.naming import Topic, side_topics
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
+from airflow_provider_cdc.cdc.sources.sqlserver import admin
+from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
+from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
+from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.snapshot import KeyRange, SnapshotPoint, plan_key_ranges, read_partition
+from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec
+from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
+    WindowReader,
+    changes_sql,
+    check_retention,
+    instance_ranges,
+    merged_changes,
+)
+
+log = logging.getLogger(__name__)
+SparkProvider = Callable[[], Any]
+
+
+def run_job(spec: SqlServerJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
+    """Run the window of ``spec`` and return its commit-log entry."""
+    if spark_provider is None:
+        spark_provider = _lazy_session(spec)
+    started = time.monotonic()
+    spec = _with_password(spec)
+    entry = (_run_snapshot if spec.window.kind == "snapshot" else _run_stream)(spec, spark_provider)
+    log.info(
+        "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
+        entry.window.describe(),
+        sum(d.events for d in entry.datasets if d.topic not in side_topics(spec.topic_prefix)),
+        len(entry.datasets),
+        entry.transactions,
+        time.monotonic() - started,
+    )
+    return entry
+
+
+def _with_password(spec: SqlServerJobSpec) -> SqlServerJobSpec:
+    from dataclasses import replace
+
+    if spec.connection.password is not None:
+        return spec
+    return replace(spec, connection=spec.connection.with_password_from_env())
+
+
+def _lazy_session(spec: SqlServerJobSpec) -> SparkProvider:
+    @functools.cache
+    def provider() -> Any:
+        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+        return get_or_create_session(spec.spark)
+
+    return provider
+
+
+def _context(spec: SqlServerJobSpec) -> EventContext:
+    return EventContext(
+        topic_prefix=spec.topic_prefix,
+        database=spec.connection.database,
+        window_id=spec.window.window_id,
+        ts_ms=spec.window.planned_at_ms,
+    )
+
+
+def _topics(spec: SqlServerJobSpec) -> list[Topic]:
+    prefix = spec.topic_prefix
+    tables = [Topic.for_table(prefix, ref.schema, ref.name) for ref in spec.tables]
+    return [*tables, Topic.transactions(prefix), Topic.gaps(prefix)]
+
+
+def _describe(conn: Any, spec: SqlServerJobSpec) -> dict[str, TableInfo]:
+    found, problems = admin.describe_tables(conn, list(spec.tables))
+    admin.require_tables(found, spec.tables, problems)
+    for table in found.values():  # fail on bad filters or masks before reading anything
+        TableEncoder(table, table.columns, spec.events)
+    return {ref.data_collection: table for ref, table in found.items()}
+
+
+def _recorded_run(spec: SqlServerJobSpec) -> dict[str, Any]:
+    return {
+        **({"run": spec.run} if spec.run else {}),
+        **({"offset": spec.checkpoint} if spec.checkpoint else {}),
+    }
+
+
+def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    window = spec.window
+    assert window.from_lsn is not None and window.to_lsn is not None
+    low, high = SqlServerLsn(window.from_lsn), SqlServerLsn(window.to_lsn)
+    info = spec.connection
+    conn = connect(info)
+    try:
+        tables = _describe(conn, spec)
+        ranges = instance_ranges(list(tables.values()), low, high)
+        check_retention(conn, ranges, set(spec.known_instances))
+        log.info(
+            "reading %s from %d capture instance(s): %s",
+            window.describe(),
+            len(ranges),
+            ", ".join(f"{r.instance.name} [{r.low}, {r.high})" for r in ranges) or "none",
+        )
+        sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+        writer = sink.open_window(window, _topics(spec))
+        reader = WindowReader(
+            tables=tables,
+            context=_context(spec),
+            settings=spec.events,
+            max_changes_per_chunk=spec.options.max_changes_per_chunk,
+            flush=writer.write_chunk,
+            commit_times=functools.partial(admin.lsn_times, conn),
+            server_time_zone=spec.server_time_zone,
+        )
+        encoders = {r.instance.name: reader.encoder(r.instance) for r in ranges}
+        try:
+            rows = merged_changes(
+                functools.partial(connect, info),
+                ranges,
+                lambda instance: changes_sql(instance, encoders[instance.name], spec.data_query_mode),
+            )
+            faults.point("window.streaming")
+            stats = reader.read(rows, window)
+            faults.point("window.read_done")
+            # The cleanup job may have purged rows while they were read: the result would have a hole.
+            check_retention(conn, ranges, {r.instance.name for r in ranges})
+        finally:
+            writer.close()
+    finally:
+        conn.close()
+    return writer.commit(
+        window,
+        transactions=stats.transactions,
+        last_commit_lsn=stats.last_commit_lsn,
+        last_tx_id=stats.last_tx_id,
+        last_commit_ts_us=stats.last_commit_ts_us,
+        stats={
+            "changes": stats.changes,
+            "chunks": stats.chunks,
+            "key_changes": stats.key_changes,
+            "source_state": {"instances": sorted({r.instance.name for r in ranges} | set(spec.known_instances))},
+            "seconds": round(time.monotonic() - stats.started, 3),
+            "job_pid": os.getpid(),
+            **_recorded_run(spec),
+        },
+    )
+
+
+def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    info = spec.connection
+    started = time.monotonic()
+    conn = connect(info)
+    try:
+        tables = _describe(conn, spec)
+        position = admin.max_lsn(conn)
+        if position is None:
+            raise CdcStateError(
+                "sys.fn_cdc_get_max_lsn() is NULL: the capture job has not processed any transaction yet. Check that "
+                "SQL Server Agent and the capture job run, then retry"
+            )
+        spark = spark_provider()
+        parallelism = spark.sparkContext.defaultParallelism
+        plans: dict[str, list[KeyRange]] = {
+            name: plan_key_ranges(
+                conn, table, max_partitions=spec.options.snapshot_max_partitions, parallelism=parallelism
+            )
+            for name, table in tables.items()
+        }
+    finally:
+        conn.close()
+    point = SnapshotPoint(int(position), spec.window.planned_at_ms, spec.snapshot_isolation_mode)
+    log.info(
+        "snapshot at %s (%s isolation): %d table(s) in %d partition(s)",
+        position,
+        spec.snapshot_isolation_mode,
+        len(tables),
+        sum(len(p) for p in plans.values()),
+    )
+    faults.point("snapshot.exported")
+    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    writer = sink.open_window(spec.window, _topics(spec))
+    context = _context(spec)
+    rows: dict[str, int] = {}
+    try:
+        for name, table in tables.items():
+            topic = Topic.for_table(spec.topic_prefix, table.ref.schema, table.ref.name)
+            rows[topic.name] = write_partitions(
+                spark,
+                writer,
+                topic,
+                plans[name],
+                functools.partial(read_partition, info, point, table, context=context, settings=spec.events),
+                file_name=_part_file,
+                schema=TableEncoder(table, table.columns, spec.events).layout.schema,
+                local=sink.is_local,
+            )
+            log.info("snapshot of %s: %d rows", table.ref, rows[topic.name])
+            faults.point("snapshot.table_written")
+        if spec.gap is not None:
+            writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
+    finally:
+        writer.close()
+    # The stream continues after the snapshot's LSN: windows are [from, to) on commit LSNs.
+    return writer.commit(
+        spec.window.with_end(position.next()),
+        stats={
+            **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
+            "rows": rows,
+            "seconds": round(time.monotonic() - started, 3),
+            "snapshot_isolation_mode": spec.snapshot_isolation_mode,
+            "source_state": {"instances": sorted(i.name for t in tables.values() for i in t.instances)},
+            "job_pid": os.getpid(),
+            **_recorded_run(spec),
+        },
+    )
+
+
+def _part_file(part: KeyRange) -> str:
+    return f"part-{part.index:06d}.parquet"

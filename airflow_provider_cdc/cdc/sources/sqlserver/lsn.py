@@ -1,0 +1,90 @@
+"""SQL Server log sequence numbers: 10 bytes, compared bytewise, printed as Debezium prints them.
+
+SQL Server's CDC functions take and return an LSN as ``binary(10)``: the virtual log file
+number (4 bytes), the log block (4 bytes) and the record's slot (2 bytes), big-endian, so the
+byte order is the log order. ``SqlServerLsn`` is that value as an integer (it compares and
+serialises like one, as every source's position does) that prints like Debezium's
+``Lsn.toString()``: ``0000002a:00000bd8:0003``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from airflow_provider_cdc.cdc.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.positions import Position
+
+LSN_BYTES = 10
+MAX_SQLSERVER_LSN = (1 << (8 * LSN_BYTES)) - 1
+_TEXT_FORM = re.compile(r"^\s*([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,4})\s*$")
+_HEX_FORM = re.compile(r"^\s*0x([0-9A-Fa-f]{1,20})\s*$")
+
+
+class SqlServerLsn(Position):
+    """A SQL Server LSN. ``SqlServerLsn("0000002a:00000bd8:0003") == SqlServerLsn(b"...")``."""
+
+    __slots__ = ()
+    SOURCE: ClassVar[str] = "sqlserver"
+    WIDTH: ClassVar[int] = 2 * LSN_BYTES
+
+    def __new__(cls, value: int | str | bytes | bytearray | SqlServerLsn) -> SqlServerLsn:
+        if isinstance(value, SqlServerLsn):
+            return value
+        if isinstance(value, bool):
+            raise InvalidLsnError(f"not a SQL Server LSN: {value!r}")
+        if isinstance(value, (bytes, bytearray)):
+            if len(value) != LSN_BYTES:
+                raise InvalidLsnError(f"a SQL Server LSN has {LSN_BYTES} bytes, got {len(value)}: {bytes(value)!r}")
+            number = int.from_bytes(value, "big")
+        elif isinstance(value, int):
+            number = value
+        elif isinstance(value, str):
+            number = _parse_text(value)
+        else:
+            raise InvalidLsnError(f"not a SQL Server LSN: {value!r}")
+        if not 0 <= number <= MAX_SQLSERVER_LSN:
+            raise InvalidLsnError(f"SQL Server LSN out of range: {value!r}")
+        return super().__new__(cls, number)
+
+    def __str__(self) -> str:
+        number = int(self)
+        return f"{number >> 48:08x}:{(number >> 16) & 0xFFFFFFFF:08x}:{number & 0xFFFF:04x}"
+
+    def __repr__(self) -> str:
+        return f"SqlServerLsn('{self}')"
+
+    def to_bytes(self) -> bytes:  # type: ignore[override]
+        """The ``binary(10)`` form SQL Server's functions take."""
+        return int(self).to_bytes(LSN_BYTES, "big")
+
+    def previous(self) -> SqlServerLsn:
+        """The LSN just before (``sys.fn_cdc_decrement_lsn``): an exclusive end as an inclusive one."""
+        if int(self) == 0:
+            raise InvalidLsnError("there is no LSN before 00000000:00000000:0000")
+        return SqlServerLsn(int(self) - 1)
+
+    def next(self) -> SqlServerLsn:
+        """The LSN just after (``sys.fn_cdc_increment_lsn``)."""
+        return SqlServerLsn(int(self) + 1)
+
+
+def _parse_text(text: str) -> int:
+    match = _TEXT_FORM.match(text)
+    if match:
+        vlf, block, slot = (int(part, 16) for part in match.groups())
+        return (vlf << 48) | (block << 16) | slot
+    match = _HEX_FORM.match(text)
+    if match:
+        return int(match.group(1), 16)
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped)
+    raise InvalidLsnError(
+        f"not a SQL Server LSN: {text!r} (expected Debezium's 'vlf:block:slot' form, e.g. "
+        "'0000002a:00000bd8:0003', SQL Server's '0x0000002A00000BD80003', or a decimal integer)"
+    )
+
+
+def lsn_or_none(value: int | str | bytes | None) -> SqlServerLsn | None:
+    return None if value is None else SqlServerLsn(value)
