@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
@@ -243,8 +244,11 @@ class SourceRun(ABC):
         """The record of changes lost, for a snapshot that re-snapshots because of them."""
 
     @abstractmethod
-    def plan_stream(self, offset: CaptureOffset | None, requested: Position | None, now_ms: int) -> StreamPlan:
-        """The next stream window: ``requested`` end, or the source's current position."""
+    def plan_stream(
+        self, offset: CaptureOffset | None, requested: Position | None, now_ms: int, *, until: datetime | None = None
+    ) -> StreamPlan:
+        """The next stream window: ending at ``requested``, or after the last commit before ``until``
+        (a UTC time; sources that map commit times to positions), or at the source's current position."""
 
     @abstractmethod
     def heartbeat(self, query: str) -> None:

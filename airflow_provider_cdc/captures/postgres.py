@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
@@ -306,7 +307,14 @@ class PostgresRun(SourceRun):
             detected_ts_ms=now_ms,
         )
 
-    def plan_stream(self, offset: CaptureOffset | None, requested: Any, now_ms: int) -> StreamPlan:
+    def plan_stream(
+        self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None
+    ) -> StreamPlan:
+        if until is not None:
+            raise CdcConfigurationError(
+                "upto_time: PostgreSQL keeps no map from commit times to WAL positions; bound a window with "
+                "upto_lsn instead (or leave both unset for the current position)"
+            )
         slot = admin.require_slot(self.conn, self.slot_name, self.identity.database)
         current = admin.current_lsn(self.conn)
         self._slot_before = slot

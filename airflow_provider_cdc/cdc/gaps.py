@@ -1,7 +1,8 @@
 """Capture gaps: the explicit record that changes between two windows could not be captured.
 
 When ``snapshot_mode='when_needed'`` re-snapshots because the slot was dropped, its WAL was
-removed, or something else moved it past the stored offset, the changes between the last
+removed, or something else moved it past the stored offset (SQL Server: the cleanup job purged
+change rows not yet read, or a capture instance was disabled), the changes between the last
 committed window and the new snapshot are gone. The re-snapshot window then carries one row in
 the ``<prefix>.capture_gap`` side table (and the same facts in its commit-log entry), so
 consumers can see the discontinuity instead of trusting a history with a silent hole.
@@ -14,7 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead")
+#: PostgreSQL: the slot is gone, its WAL was removed, or it moved past the offset; SQL Server: the
+#: cleanup job purged unread change rows, or a capture instance was disabled.
+GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead", "changes_purged", "instance_missing")
 
 GAP_SCHEMA = pa.schema(
     [

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
@@ -308,26 +309,33 @@ class CdcBatchOperator(_WindowOperator):
     :param capture: the capture's configuration
     :param upto_lsn: end of the window (exclusive, on commit positions, in the source's text form);
         default: the source's current position at run start. Templated.
+    :param upto_time: end the window after the last commit before this time (an ISO-8601 timestamp,
+        e.g. ``"{{ data_interval_end }}"``), so a run's window holds exactly its interval's commits;
+        for sources that map commit times to positions (SQL Server). Templated.
     :param signals: Debezium signals to apply before the window, e.g.
         ``[{"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}]``
         (a list of objects, or its JSON). Signals in the DAG run's conf under ``cdc_signals`` are
         applied too. Each is applied once, also when the task is retried. Templated.
     """
 
-    template_fields: Sequence[str] = ("upto_lsn", "signals")
+    template_fields: Sequence[str] = ("upto_lsn", "upto_time", "signals")
 
     def __init__(
         self,
         *,
         capture: Capture,
         upto_lsn: str | None = None,
+        upto_time: str | datetime | None = None,
         signals: Sequence[dict[str, Any]] | str | None = None,
         **kwargs: Any,
     ) -> None:
         # Runs after a snapshot task that is skipped once the snapshot exists.
         kwargs.setdefault("trigger_rule", "none_failed")
         super().__init__(capture=capture, **kwargs)
+        if upto_lsn not in (None, "") and upto_time not in (None, ""):
+            raise CdcConfigurationError("give upto_lsn or upto_time, not both")
         self.upto_lsn = upto_lsn
+        self.upto_time = upto_time
         self.signals = signals
 
     def _run(self, context: Context) -> dict[str, Any]:
@@ -338,6 +346,7 @@ class CdcBatchOperator(_WindowOperator):
             requested = capture.position(str(self.upto_lsn)) if self.upto_lsn not in (None, "") else None
         except InvalidLsnError as exc:
             raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
+        until = _utc_time(self.upto_time, self.task_id)
         signals = airflow_signals(self.signals, context, self.task_id)
         interval = run_interval(context)
         with self._state() as state:
@@ -346,14 +355,14 @@ class CdcBatchOperator(_WindowOperator):
                 return self._replay(state, decision, signals)
             source = state.source
             new_tables = self._tables_without_snapshot(state)
-            plan = source.plan_stream(state.offset, requested, _now_ms())  # validates before the heartbeat writes
+            plan = source.plan_stream(state.offset, requested, _now_ms(), until=until)  # validated before writing
             _check_covers_staged_chunks(plan.window, state.offset)
             # Signals and new tables are checked here too, before anything is written.
             incremental, known_tables, applied = _incremental_update(state.offset, signals, new_tables, state.tables)
             retrying = state.offset is not None and plan.window == state.offset.pending
             if capture.heartbeat_action_query and not retrying:
                 source.heartbeat(capture.heartbeat_action_query)
-                if requested is None:
+                if requested is None and until is None:
                     plan = source.plan_stream(state.offset, None, _now_ms())  # an end after the heartbeat
             for note in plan.notes:
                 self.log.warning("%s", note)
@@ -628,6 +637,23 @@ def _incremental_summary(entry: CommitEntry) -> dict[str, Any]:
     if state.idle and not state.history and not entry.stats.get("incremental_run", {}).get("notes"):
         return {}
     return {"incremental_snapshot": {**state.summary(), **entry.stats.get("incremental_run", {})}}
+
+
+def _utc_time(value: Any, task_id: str) -> datetime | None:
+    """``upto_time`` as an aware UTC datetime (a naive one is taken as UTC, like Airflow's times)."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise CdcConfigurationError(
+                f"upto_time of task {task_id!r} is not an ISO-8601 timestamp: {value!r} "
+                "(e.g. '2026-01-01T10:00:00+00:00' or '{{ data_interval_end }}')"
+            ) from None
+    return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def _now_ms() -> int:

@@ -1,0 +1,131 @@
+"""SQL Server scenarios on the stand-in: key changes, the direct query mode, a time-bounded window,
+a capture-instance switch after a schema change, and the purge policy of snapshot_mode='when_needed'."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
+from tests.integration.sqlserver.test_capture import assert_reproduces_source, capture_dag, make_capture
+from tests.support import airflow as af
+from tests.support.oracle import events_of
+from tests.support.sqlserver import workload
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+
+def _started(sqlserver_conn, tmp_path, name: str, **overrides):
+    standin, conn_id = sqlserver_conn
+    workload.create(standin, customers=4, orders_per_customer=1)
+    standin.wait_until_captured()
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database, **overrides)
+    dag = capture_dag(f"{name}_{standin.database}", capture, errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.state == "success", errors
+    return standin, dag, errors
+
+
+def test_key_change_is_a_delete_and_a_create_in_direct_mode(sqlserver_conn, tmp_path):
+    # SQL Server logs an update of the clustered key as a delete and an insert (a "split update":
+    # __$operation 1 and 2), as Debezium documents: a d and a c event in one transaction.
+    standin, dag, errors = _started(sqlserver_conn, tmp_path, "keys", data_query_mode="direct")
+    standin.execute_tsql("UPDATE dbo.customers SET id = 40, name = N'moved' WHERE id = 4")
+    standin.wait_until_captured()
+    run = af.run(dag, 1, errors=errors)
+    assert run.state == "success", errors
+    events = [e for e in events_of(tmp_path, "shop", "dbo.customers") if e["op"] != "r"]
+    assert [e["op"] for e in events] == ["d", "c"]
+    delete, create = events
+    assert delete["before"]["id"] == 4 and delete["after"] is None
+    assert create["after"] == {**delete["before"], "id": 40, "name": "moved"} and create["before"] is None
+    assert delete["source"]["commit_lsn"] == create["source"]["commit_lsn"]
+    # One change in the log: both rows share __$seqval (change_lsn); __$operation orders them.
+    assert delete["source"]["change_lsn"] == create["source"]["change_lsn"]
+    assert delete["transaction"]["id"] == create["transaction"]["id"]
+    assert_reproduces_source(standin, tmp_path)
+
+
+def test_a_time_bounded_window_holds_exactly_the_commits_before_its_end(sqlserver_conn, tmp_path):
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc.operators.cdc import CdcBatchOperator
+
+    standin, _dag, errors = _started(sqlserver_conn, tmp_path, "timed")
+    standin.execute_tsql("INSERT INTO dbo.customers (id, name, balance, active) VALUES (50, N'early', 1, 1)")
+    standin.execute_tsql("INSERT INTO dbo.customers (id, name, balance, active) VALUES (51, N'early too', 1, 1)")
+    standin.wait_until_captured()
+    time.sleep(0.3)
+    boundary = datetime.now(timezone.utc)
+    time.sleep(0.3)
+    standin.execute_tsql("INSERT INTO dbo.customers (id, name, balance, active) VALUES (52, N'late', 1, 0)")
+    standin.wait_until_captured()
+
+    capture = make_capture(_dag.task_dict["window"].capture.sqlserver_conn_id, tmp_path, standin.database)
+    with DAG(f"bounded_{standin.database}", schedule=None, start_date=af.START) as bounded:
+        CdcBatchOperator(task_id="window", capture=capture, upto_time=boundary.isoformat())
+    af.register(bounded)
+    first = af.run(bounded, 1, errors=errors)
+    assert first.state == "success", errors
+
+    def names(window_id: str) -> list[str]:
+        return sorted(
+            e["after"]["name"] for e in events_of(tmp_path, "shop", "dbo.customers") if e["window_id"] == window_id
+        )
+
+    assert names(first.xcom["window"]["window_id"]) == ["early", "early too"]
+    second = af.run(_dag, 2, errors=errors)  # unbounded: up to the capture job's newest commit
+    assert second.state == "success", errors
+    assert names(second.xcom["window"]["window_id"]) == ["late"]
+    assert_reproduces_source(standin, tmp_path)
+
+
+def test_a_second_capture_instance_takes_over_at_its_start_and_nothing_is_lost(sqlserver_conn, tmp_path):
+    standin, dag, errors = _started(sqlserver_conn, tmp_path, "switch")
+    standin.execute_tsql("UPDATE dbo.customers SET name = N'before the change' WHERE id = 1")
+    standin.execute_tsql("ALTER TABLE dbo.customers ADD email nvarchar(200) NULL")
+    standin.execute_tsql("UPDATE dbo.customers SET email = N'unseen@old' WHERE id = 2")  # old instance: no email
+    standin.wait_until_captured()
+    standin.enable_table("dbo", "customers", capture_instance="dbo_customers_v2")
+    standin.execute_tsql("UPDATE dbo.customers SET email = N'a@b.c', name = N'after' WHERE id = 3")
+    standin.execute_tsql("INSERT INTO dbo.customers (id, name, balance, active, email) VALUES (60, N'n', 1, 1, N'x@y')")
+    standin.wait_until_captured()
+
+    run = af.run(dag, 1, errors=errors)
+    assert run.state == "success", errors
+    events = [e for e in events_of(tmp_path, "shop", "dbo.customers") if e["op"] != "r"]
+    assert [(e["op"], (e["after"] or e["before"])["id"]) for e in events] == [("u", 1), ("u", 2), ("u", 3), ("c", 60)]
+    assert "email" not in events[0]["after"] or events[0]["after"]["email"] is None
+    assert events[2]["after"]["email"] == "a@b.c" and events[3]["after"]["email"] == "x@y"
+    lsns = [e["source"]["commit_lsn"] for e in events]
+    assert lsns == sorted(lsns) and len(set(lsns)) == 4
+
+    # The old instance can go now; the capture goes on with the new one alone.
+    standin.disable_table("dbo", "customers", "dbo_customers")
+    standin.execute_tsql("DELETE FROM dbo.customers WHERE id = 60")
+    standin.wait_until_captured()
+    after = af.run(dag, 2, errors=errors)
+    assert after.state == "success", errors
+    assert after.xcom["window"]["events"]["shop.dbo.customers"] == {"d": 1}
+    assert_reproduces_source(standin, tmp_path)
+
+
+def test_when_needed_resnapshots_after_a_purge_and_records_the_gap(sqlserver_conn, tmp_path):
+    standin, dag, errors = _started(sqlserver_conn, tmp_path, "purge", snapshot_mode="when_needed")
+    standin.execute_tsql("UPDATE dbo.customers SET name = N'purged away' WHERE id = 1")
+    standin.wait_until_captured()
+    time.sleep(0.05)
+    standin.execute_tsql("UPDATE dbo.orders SET note = N'also purged' WHERE id = 100")
+    standin.wait_until_captured()
+    assert standin.cleanup(retention_minutes=0) is not None  # the capture has not read these yet
+
+    run = af.run(dag, 1, errors=errors)
+    assert run.state == "success", errors
+    assert run.xcom["snapshot"]["kind"] == "snapshot" and run.xcom["snapshot"]["gap"]["reason"] == "changes_purged"
+    gaps = read_topic_arrow(str(tmp_path), "shop", "shop.capture_gap").to_pylist()
+    assert [g["reason"] for g in gaps] == ["changes_purged"]
+    assert gaps[0]["window_id"] == run.xcom["snapshot"]["window_id"]
+    assert_reproduces_source(standin, tmp_path)
