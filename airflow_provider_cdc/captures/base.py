@@ -31,6 +31,7 @@ from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
 from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
 from airflow_provider_cdc.cdc.window import Window
@@ -174,6 +175,14 @@ class Capture(ABC):
     @abstractmethod
     def resolve_tables_now(self) -> tuple[TableRef, ...]:
         """The tables this capture reads now (opens a session when patterns are used)."""
+
+    @abstractmethod
+    def readiness(self, sensor: Any, context: Any) -> Readiness:
+        """Whether the next window can run (for :class:`CdcChangesSensor`; ``sensor`` carries its options)."""
+
+    @abstractmethod
+    def readiness_trigger(self, sensor: Any, context: Any) -> Any:
+        """The trigger a deferrable sensor waits on (fires ``Readiness.to_event()``)."""
 
     @abstractmethod
     def connection_errors(self) -> tuple[type[BaseException], ...]:

@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +23,7 @@ from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
 from airflow_provider_cdc.cdc.sources.postgres.admin import PUBLICATION_MODES
@@ -97,6 +98,30 @@ class PostgresCapture(Capture):
             return self.table_refs
         with self.hook().session() as conn:
             return self.resolve_tables(conn)
+
+    def readiness(self, sensor: Any, context: Any) -> Readiness:
+        """Pending WAL on the slot (and, if asked, a captured change decoded from it)."""
+        from airflow_provider_cdc.cdc.sources.postgres.pending import slot_readiness
+
+        hook = self.hook()
+        slot = self.resolved_slot_name
+        status = hook.slot_status(slot)
+        readiness = slot_readiness(status, slot, int(sensor.min_pending_bytes))
+        if readiness.state != "ready":
+            return readiness
+        if sensor.require_captured_change:
+            if status is not None and status.active:
+                return Readiness("waiting", f"slot {slot!r} is being read by pid {status.active_pid}; waiting")
+            if not hook.count_pending_changes(slot, self.resolved_publication_name):
+                return Readiness("waiting", f"{readiness.message}, but no captured change among them")
+        return replace(readiness, detail=status.to_dict() if status else {})
+
+    def readiness_trigger(self, sensor: Any, context: Any) -> Any:
+        from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcChangesTrigger
+
+        return PostgresCdcChangesTrigger(
+            self.postgres_conn_id, self.resolved_slot_name, int(sensor.min_pending_bytes), float(sensor.poke_interval)
+        )
 
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg

@@ -129,3 +129,56 @@ def test_when_needed_resnapshots_after_a_purge_and_records_the_gap(sqlserver_con
     assert [g["reason"] for g in gaps] == ["changes_purged"]
     assert gaps[0]["window_id"] == run.xcom["snapshot"]["window_id"]
     assert_reproduces_source(standin, tmp_path)
+
+
+def test_sensor_waits_for_the_capture_job_to_pass_the_interval_end(sqlserver_conn, tmp_path):
+    import asyncio
+    import json
+    from datetime import timedelta
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
+    from airflow_provider_cdc.triggers.sqlserver_cdc import SqlServerCdcChangesTrigger
+
+    standin, conn_id = sqlserver_conn
+    workload.create(standin, customers=2, orders_per_customer=1)
+    standin.wait_until_captured()
+    capture = make_capture(conn_id, tmp_path, standin.database)
+    errors: dict = {}
+    soon = datetime.now(timezone.utc) + timedelta(seconds=2)
+    with DAG(f"sensor_{standin.database}", schedule=None, start_date=af.START) as dag:
+        sensor = CdcChangesSensor(
+            task_id="wait", capture=capture, wait_until=soon.isoformat(), mode="reschedule", poke_interval=1, timeout=5
+        )
+    af.register(dag)
+    assert not sensor.poke({}).is_done  # nothing committed after `soon` yet
+    time.sleep(2.2)
+    standin.execute_tsql("UPDATE dbo.customers SET balance = 0 WHERE id = 1")
+    standin.wait_until_captured()
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value["max_lsn"].count(":") == 2
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    later = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    trigger = SqlServerCdcChangesTrigger(conn_id, later, poll_interval=0.3)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_provider_cdc.triggers.sqlserver_cdc.SqlServerCdcChangesTrigger"
+    assert standin.cluster.password not in json.dumps(kwargs)
+
+    def commit_later() -> None:
+        time.sleep(1.5)
+        standin.execute_tsql("UPDATE dbo.customers SET balance = 1 WHERE id = 1")
+
+    import threading
+
+    threading.Thread(target=commit_later).start()
+    event = asyncio.run(asyncio.wait_for(first_event(SqlServerCdcChangesTrigger(**kwargs)), 30))
+    assert event["status"] == "success", event
+    standin.execute_tsql("EXEC sys.sp_cdc_disable_db")
+    event = asyncio.run(asyncio.wait_for(first_event(SqlServerCdcChangesTrigger(**kwargs)), 30))
+    assert event["status"] == "error" and "not enabled" in event["message"]
+    assert errors == {}

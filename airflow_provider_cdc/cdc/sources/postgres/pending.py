@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
-
-
-@dataclass(frozen=True)
-class Readiness:
-    state: str  # "ready", "waiting", "failed"
-    message: str
-    pending_bytes: int | None = None
-
-    def to_event(self) -> dict:
-        status = {"ready": "success", "failed": "error"}.get(self.state, "waiting")
-        return {"status": status, "message": self.message, "pending_bytes": self.pending_bytes}
 
 
 def slot_readiness(status: SlotStatus | None, slot_name: str, min_pending_bytes: int) -> Readiness:
