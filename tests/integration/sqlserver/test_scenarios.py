@@ -182,3 +182,33 @@ def test_sensor_waits_for_the_capture_job_to_pass_the_interval_end(sqlserver_con
     event = asyncio.run(asyncio.wait_for(first_event(SqlServerCdcChangesTrigger(**kwargs)), 30))
     assert event["status"] == "error" and "not enabled" in event["message"]
     assert errors == {}
+
+
+def test_retention_health_reports_the_oldest_unread_change_and_fails_near_the_edge(sqlserver_conn, tmp_path):
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc.operators.sqlserver_health import SqlServerCdcRetentionHealthOperator
+
+    standin, dag, errors = _started(sqlserver_conn, tmp_path, "health")
+    capture = dag.task_dict["window"].capture
+    with DAG(
+        f"health_{standin.database}",
+        schedule=None,
+        start_date=af.START,
+        default_args={"on_failure_callback": af.failure_recorder(errors)},
+    ) as checks:
+        SqlServerCdcRetentionHealthOperator(task_id="relaxed", capture=capture, max_retention_fraction=0.8)
+        SqlServerCdcRetentionHealthOperator(task_id="strict", capture=capture, max_retention_fraction=0.00001)
+    af.register(checks)
+    standin.admin_query("UPDATE standin.msdb_cdc_jobs SET retention = 60 WHERE job_type = 'cleanup'")
+    caught_up = af.run(checks, 0, errors=errors)
+    assert caught_up.tasks == {"relaxed": "success", "strict": "success"}, errors  # nothing unread
+    assert caught_up.xcom["relaxed"]["retention_minutes"] == 60 and caught_up.xcom["relaxed"]["oldest_unread"] is None
+
+    standin.execute_tsql("UPDATE dbo.customers SET balance = 5 WHERE id = 2")
+    standin.wait_until_captured()
+    time.sleep(0.5)
+    behind = af.run(checks, 1, errors=errors)
+    assert behind.tasks == {"relaxed": "success", "strict": "failed"}
+    assert 0 < behind.xcom["relaxed"]["used_fraction"] < 0.8 and behind.xcom["relaxed"]["seconds_to_purge"] < 3600
+    assert "sp_cdc_change_job" in behind.error("strict")
