@@ -11,6 +11,7 @@ while paused (Agent stopped, or the capture job stopped) nothing is captured.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import threading
@@ -23,7 +24,17 @@ from . import lsn as lsnlib
 
 log = logging.getLogger(__name__)
 
-SLOT = "standin_cdc_capture"
+SLOT = "standin_cdc_capture"  # prefix: each stand-in database has its own slot
+
+
+def slot_name(conn: psycopg.Connection) -> str:
+    """The capture job's slot of the connected database. Slots are cluster-wide, and a SQL Server
+    instance runs one capture job per CDC-enabled database: several stand-in databases may share
+    a cluster (test-only emulation)."""
+    database = conn.info.dbname
+    readable = re.sub(r"[^a-z0-9_]", "_", database.lower())[:30]
+    return f"{SLOT}_{readable}_{hashlib.sha1(database.encode()).hexdigest()[:8]}"
+
 
 _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE|TRUNCATE): ?(?P<rest>.*)$", re.DOTALL)
 _FIELD = re.compile(
@@ -153,7 +164,7 @@ class CaptureJob:
         rows = conn.execute(
             "SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, "
             "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1')",
-            (SLOT, target),
+            (slot_name(conn), target),
         ).fetchall()
         transactions = self._group(rows)
         instances = self._instances(conn)
@@ -178,7 +189,7 @@ class CaptureJob:
                 commands += n
             done_to = txn.commit_lsn
         if done_to is not None:
-            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (SLOT, done_to))
+            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot_name(conn), done_to))
         if captured_tx:
             last = max(
                 (t for t in transactions if t.commit_lsn and _pg_int(t.commit_lsn) <= _pg_int(done_to)),
@@ -374,9 +385,9 @@ def _epoch(conn: psycopg.Connection, ts: str) -> float:
 
 def create_slot(conn: psycopg.Connection) -> None:
     with contextlib.suppress(psycopg.errors.DuplicateObject):
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (SLOT,))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot_name(conn),))
 
 
 def drop_slot(conn: psycopg.Connection) -> None:
     with contextlib.suppress(psycopg.Error):
-        conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name(conn),))

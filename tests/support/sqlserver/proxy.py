@@ -240,6 +240,20 @@ class _Session:
             if part:
                 fields[part[:1]] = part[1:].decode(errors="replace")
         code, text = fields.get(b"C"), fields.get(b"M", "")
+        # Refused logins as SQL Server reports them (test-only emulation): a wrong login or password is
+        # error 18456 (SQLSTATE 28000), a database that does not exist 4060; drivers name the number.
+        if code in ("28P01", "28000"):
+            m = re.search(r'(?:authentication failed|role) (?:for user )?"([^"]+)"', text)
+            user = m.group(1) if m else ""
+            return error_response("28000", f"Login failed for user '{user}'. (18456)", "FATAL")[5:]
+        if code == "3D000":
+            m = re.search(r'database "([^"]+)" does not exist', text)
+            database = m.group(1) if m else ""
+            return error_response(
+                "42000",
+                f'Cannot open database "{database}" requested by the login. The login failed. (4060)',
+                "FATAL",
+            )[5:]
         if code in ("42P01", "42883"):  # SQL Server: Invalid object name (208)
             m = _MISSING_RELATION.search(text) or _MISSING_FUNCTION.search(text)
             if m:

@@ -234,6 +234,13 @@ class SqlServerStandIn:
                     "cdc.lsn_time_mapping TO {}"
                 ).format(pgsql.Identifier(name))
             )
+            # sys.databases reads the data directory's PG_VERSION for create_date: any SQL Server login
+            # can read sys.databases, so let this one call pg_stat_file (test-only emulation).
+            self._admin.execute(
+                pgsql.SQL("GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text) TO {}").format(
+                    pgsql.Identifier(name)
+                )
+            )
 
     def _admin_execute(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._admin_lock:
