@@ -70,8 +70,19 @@ class SqlServerCapture(Capture):
     new_table_snapshot: str = field(default="fail", kw_only=True)
 
     def validate_source(self) -> None:
-        if not self.sqlserver_conn_id:
-            raise CdcConfigurationError("sqlserver_conn_id is required")
+        if not isinstance(self.sqlserver_conn_id, str) or not self.sqlserver_conn_id.strip():
+            raise CdcConfigurationError(
+                f"sqlserver_conn_id is required, got {self.sqlserver_conn_id!r}: give the id of the Airflow connection "
+                "(type mssql) to the SQL Server database to capture"
+            )
+        if self.odbc_driver is not None and (
+            not str(self.odbc_driver).strip() or any(c in str(self.odbc_driver) for c in "{};")
+        ):
+            raise CdcConfigurationError(
+                f"odbc_driver {self.odbc_driver!r} is not an ODBC driver name: give the name the driver is "
+                "registered under (odbcinst.ini), e.g. 'ODBC Driver 18 for SQL Server', without braces, or None for "
+                "the connection's 'driver' extra"
+            )
         if self.data_query_mode not in DATA_QUERY_MODES:
             raise CdcConfigurationError(
                 f"data_query_mode {self.data_query_mode!r} is not one of {', '.join(DATA_QUERY_MODES)}"
@@ -163,6 +174,8 @@ class SqlServerCapture(Capture):
     def setup(self, log: logging.Logger) -> dict[str, Any]:
         """Preflight: every problem in one error, each with its fix. SQL Server's CDC objects are
         the DBA's (``sys.sp_cdc_enable_db`` / ``sp_cdc_enable_table``): nothing is created."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
         from airflow_provider_cdc.cdc.sources.sqlserver import admin
         from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
 
@@ -170,7 +183,24 @@ class SqlServerCapture(Capture):
         with problems.check():
             check_writable(self.sink_path)
         hook = self.hook()
-        with hook.session() as conn:
+        conn = None
+        with problems.check():  # a connection without a database, a refused login: nothing else can be checked
+            try:
+                conn = hook.get_conn()
+            except CdcConfigurationError as exc:
+                if repr(self.sqlserver_conn_id) in str(exc):
+                    raise
+                raise type(exc)(f"Airflow connection {self.sqlserver_conn_id!r} cannot be used: {exc}") from None
+            except AirflowNotFoundException as exc:  # a typo in sqlserver_conn_id: retrying cannot help
+                raise CdcConfigurationError(
+                    f"{exc}: create the Airflow connection {self.sqlserver_conn_id!r} (type mssql: host, port, "
+                    "schema = the database, login, password), or fix sqlserver_conn_id"
+                ) from None
+        if conn is None:
+            problems.raise_if_any()
+        assert conn is not None
+        store = self.store()
+        try:
             server = admin.server_info(conn)
             problems.add(
                 admin.check_server(server, needs_snapshot_isolation=self.snapshot_isolation_mode == "snapshot"),
@@ -179,20 +209,38 @@ class SqlServerCapture(Capture):
             tables: tuple[TableRef, ...] = ()
             with problems.check():
                 tables = self.resolve_tables(conn)
-            found, table_problems = admin.describe_tables(conn, tables) if server.cdc_enabled else ({}, [])
+            found, table_problems = admin.describe_tables(conn, tables, cdc_enabled=server.cdc_enabled)
             problems.add(table_problems, heading="captured tables are not ready")
             for table in found.values():  # column filters and masks that cannot apply
                 with problems.check():
-                    TableEncoder(table, table.columns, self.event_settings())
-            problems.add(admin.check_change_access(conn, list(found.values())), heading="missing permissions")
+                    try:
+                        TableEncoder(table, table.columns, self.event_settings())
+                    except CdcConfigurationError as exc:  # name the table as SQL Server writes it
+                        message = str(exc).replace(str(table.ref), table.ref.quoted(SQLSERVER_NAMES))
+                        raise type(exc)(message) from None
+            problems.add(
+                admin.check_table_access(conn, tables) + admin.check_change_access(conn, list(found.values())),
+                heading="missing permissions",
+            )
             problems.add(admin.check_agent(conn), heading="the capture job is not running")
-        store = self.store()
-        with problems.check():
-            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
-            if stored is not None:
-                stored.check_identity(
-                    self.identity(server.database_guid, server.database), source=store.describe(self.topic_prefix)
-                )
+            with problems.check():
+                stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
+                if stored is not None:
+                    where = store.describe(self.topic_prefix)
+                    stored.check_identity(self.identity(server.database_guid, server.database), source=where)
+                    if server.cdc_enabled and self.snapshot_mode in ("initial", "never"):  # no re-snapshot due
+                        current = {i.name for listed in admin.capture_instances(conn).values() for i in listed}
+                        gone = [name for name in _known_instances(stored) if name not in current]
+                        if gone:
+                            raise CdcConfigurationError(
+                                f"{where}: capture instance(s) {', '.join(map(repr, gone))} that this capture reads "
+                                "were disabled (sys.sp_cdc_disable_table) after it started: the changes made since "
+                                "were not recorded and cannot be read. Enable CDC on the table again, then "
+                                "re-snapshot: run with snapshot_mode='when_needed' (it records the gap and snapshots "
+                                "again)"
+                            )
+        finally:
+            conn.close()
         problems.raise_if_any()
         log.info(
             "capture %s ready: database %s, %d table(s) with capture instances %s",

@@ -212,17 +212,20 @@ def run_refused(
     db: CaptureDatabase,
     before: Written,
     hour: int = 0,
+    make_dag: Callable = capture_dag,
+    written_by: Callable = written,
     **window_kwargs: Any,
 ) -> str:
     """Run setup >> snapshot >> window: ``task`` fails, the tasks after it never run, nothing is
-    written (the fingerprint equals ``before``). Returns the error as ``"<class>: <message>"``."""
+    written (the fingerprint equals ``before``). Returns the error as ``"<class>: <message>"``.
+    Another source's module passes its own ``make_dag`` and fingerprint (``written_by(db, capture)``)."""
     errors: dict = {}
-    result = af.run(capture_dag(dag_id, capture, errors, **window_kwargs), hour, errors=errors)
+    result = af.run(make_dag(dag_id, capture, errors, **window_kwargs), hour, errors=errors)
     assert result.tasks[task] == "failed", (result.tasks, errors)
     position = TASKS.index(task)
     assert all(result.tasks[t] in ("success", "skipped") for t in TASKS[:position]), (result.tasks, errors)
     assert all(result.tasks[t] == "upstream_failed" for t in TASKS[position + 1 :]), result.tasks
-    assert written(db, capture) == before
+    assert written_by(db, capture) == before
     return result.error(task)
 
 
@@ -419,7 +422,7 @@ def _foreign_offset(**identity: str) -> Callable:
             "topic_prefix": capture.topic_prefix,
             "system_identifier": "7000000000000000001",
             "database": "production",
-            "slot_name": capture.resolved_slot_name,
+            "slot_name": getattr(capture, "resolved_slot_name", None),  # None: under another source's capture
             "lsn": 123456789,
             "snapshot_completed": True,
             "window_seq": 42,

@@ -8,6 +8,7 @@ reports names the fix (the ``sys.sp_cdc_*`` call or the grant), like the Postgre
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -247,29 +248,34 @@ def table_columns(conn: Any, ref: TableRef) -> tuple[SqlColumn, ...]:
     )
 
 
-def describe_tables(conn: Any, refs: Sequence[TableRef]) -> tuple[dict[TableRef, TableInfo], list[str]]:
+def describe_tables(
+    conn: Any, refs: Sequence[TableRef], *, cdc_enabled: bool = True
+) -> tuple[dict[TableRef, TableInfo], list[str]]:
     """The catalog description of each of ``refs``, and a problem (with its fix) for each that
-    cannot be captured: missing, no capture instance, no key, a captured column missing."""
-    instances = capture_instances(conn)
-    existing = set(rows(conn, TABLES_SQL))
+    cannot be captured: missing (with the likely intended name), a view, no capture instance, no
+    key, a key column the instance does not capture, a captured column missing. With
+    ``cdc_enabled`` False (CDC is not enabled on the database, so there is no ``cdc`` schema) every
+    existing table is reported as needing its capture instance, to be created after the database's."""
+    instances = capture_instances(conn) if cdc_enabled else {}
+    existing = {TableRef(s, t) for s, t in rows(conn, TABLES_SQL)}
     found: dict[TableRef, TableInfo] = {}
     problems: list[str] = []
-    missing = [r for r in refs if (r.schema, r.name) not in existing]
+    missing = [r for r in refs if r not in existing]
     if missing:
-        problems.append(f"these tables do not exist (or are not visible to the capture login): {_names(missing)}")
+        problems.append(_missing_tables(conn, missing, existing))
     for ref in refs:
         if ref in missing:
             continue
+        name = ref.quoted(SQLSERVER_NAMES)
         table_instances = tuple(instances.get(ref, ()))
         if not table_instances:
             problems.append(
-                f"table {ref.quoted(SQLSERVER_NAMES)} has no capture instance: CDC is not enabled on it. Run: "
-                f"EXEC sys.sp_cdc_enable_table @source_schema = N'{_literal(ref.schema)}', "
-                f"@source_name = N'{_literal(ref.name)}', @role_name = NULL;"
+                f"table {name} has no capture instance: CDC is not enabled on it. Run: {_enable_table(ref)}"
             )
             continue
         columns = table_columns(conn, ref)
-        index_name = table_instances[-1].index_name
+        newest = table_instances[-1]
+        index_name = newest.index_name
         key = tuple(
             r[0]
             for r in (
@@ -279,34 +285,149 @@ def describe_tables(conn: Any, refs: Sequence[TableRef]) -> tuple[dict[TableRef,
             )
         )
         if not key:
+            unique = [r[0] for r in rows(conn, UNIQUE_INDEXES_SQL, ref.schema, ref.name)]
+            index = unique[0] if unique else "<a unique index>"
             problems.append(
-                f"table {ref.quoted(SQLSERVER_NAMES)} has no primary key and its capture instance "
-                f"{table_instances[-1].name!r} names no unique index: change events need a key. Add a primary key, "
-                "or re-create the capture instance with @index_name = N'<a unique index>'"
+                f"table {name} has no primary key and its capture instance {newest.name!r} names no unique index "
+                f"(@index_name): change events need a key. Add a primary key (ALTER TABLE {name} ADD PRIMARY KEY "
+                f"(<key columns>)), or re-create the capture instance on a unique index"
+                f"{' (the table has ' + ', '.join(map(quote, unique)) + ')' if unique else ''}: "
+                f"{_disable_table(ref, newest.name)} {_enable_table(ref, newest.name, index_name=index)}"
             )
             continue
         names = {c.name for c in columns}
-        newest = table_instances[-1]
         gone = [c for c in newest.columns if c not in names]
         if gone:
             problems.append(
-                f"capture instance {newest.name!r} of {ref.quoted(SQLSERVER_NAMES)} captures column(s) {gone} "
-                "the table no longer has"
+                f"capture instance {newest.name!r} of {name} captures column(s) {', '.join(map(quote, gone))} "
+                "the table no longer has. Create a capture instance for the table's current columns (at most two "
+                f"per table; the capture switches to it): {_enable_table(ref, '<new instance name>')} Once this "
+                f"capture has read past its start, drop the old one: {_disable_table(ref, newest.name)}"
             )
         uncaptured_keys = [k for k in key if k not in newest.columns]
         if uncaptured_keys:
+            captured = [*newest.columns, *(k for k in uncaptured_keys if k in names)]
             problems.append(
-                f"capture instance {newest.name!r} of {ref.quoted(SQLSERVER_NAMES)} does not capture key column(s) "
-                f"{uncaptured_keys}: re-create it with them in @captured_column_list"
+                f"capture instance {newest.name!r} of {name} does not capture key column(s) "
+                f"{', '.join(map(quote, uncaptured_keys))}: change events need the key. Re-create it with the key "
+                f"in @captured_column_list: {_disable_table(ref, newest.name)} "
+                + _enable_table(
+                    ref, newest.name, index_name=index_name, captured_column_list=", ".join(map(quote, captured))
+                )
             )
             continue
         found[ref] = TableInfo(ref, columns, key, table_instances)
     return found, problems
 
 
+UNIQUE_INDEXES_SQL = (
+    "SELECT i.name FROM sys.indexes i JOIN sys.tables t ON t.object_id = i.object_id "
+    "JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "WHERE s.name = ? AND t.name = ? AND i.is_unique = 1 AND i.is_primary_key = 0 ORDER BY i.name"
+)
+VIEWS_SQL = (
+    "SELECT s.name, o.name FROM sys.objects o JOIN sys.schemas s ON s.schema_id = o.schema_id WHERE o.type = 'V'"
+)
+
+
+def _missing_tables(conn: Any, missing: Sequence[TableRef], existing: set[TableRef]) -> str:
+    """The tables not found, each with what it probably is: a view, or a misspelt table."""
+    views = {TableRef(s, t) for s, t in rows(conn, VIEWS_SQL)}
+    described = []
+    for ref in missing:
+        text = ref.quoted(SQLSERVER_NAMES)
+        if ref in views:
+            text += " (a view: change data capture records tables only; capture the tables it reads instead)"
+        else:
+            guess = _closest(ref, existing)
+            if guess is not None:
+                text += f" (did you mean {guess.quoted(SQLSERVER_NAMES)}?)"
+        described.append(text)
+    return (
+        f"these tables do not exist (or are not visible to the capture login): {', '.join(described)}. Check the "
+        "spelling and the schema (a name without one is in dbo); quote names that contain dots or spaces with "
+        "brackets: [my.schema].[my table]"
+    )
+
+
+def _closest(ref: TableRef, candidates: set[TableRef]) -> TableRef | None:
+    """The existing table ``ref`` most likely meant: the same name in another case, else the
+    closest spelling (as ``schema.table``), else the same name in another schema."""
+    import difflib
+
+    by_name = {c.data_collection.lower(): c for c in sorted(candidates)}
+    wanted = ref.data_collection.lower()
+    if wanted in by_name:
+        return by_name[wanted]
+    close = difflib.get_close_matches(wanted, list(by_name), n=1, cutoff=0.75)
+    if close:
+        return by_name[close[0]]
+    same_name = sorted(c for c in candidates if c.name.lower() == ref.name.lower())
+    return same_name[0] if len(same_name) == 1 else None
+
+
+def _enable_table(
+    ref: TableRef,
+    capture_instance: str | None = None,
+    *,
+    index_name: str | None = None,
+    captured_column_list: str | None = None,
+) -> str:
+    """The ``sys.sp_cdc_enable_table`` call that creates a capture instance of ``ref``."""
+    arguments = [f"@source_schema = {_nstring(ref.schema)}", f"@source_name = {_nstring(ref.name)}"]
+    if capture_instance is not None:
+        arguments.append(f"@capture_instance = {_nstring(capture_instance)}")
+    if index_name is not None:
+        arguments.append(f"@index_name = {_nstring(index_name)}")
+    if captured_column_list is not None:
+        arguments.append(f"@captured_column_list = {_nstring(captured_column_list)}")
+    arguments.append("@role_name = NULL")
+    return f"EXEC sys.sp_cdc_enable_table {', '.join(arguments)};"
+
+
+def _disable_table(ref: TableRef, capture_instance: str) -> str:
+    return (
+        f"EXEC sys.sp_cdc_disable_table @source_schema = {_nstring(ref.schema)}, @source_name = "
+        f"{_nstring(ref.name)}, @capture_instance = {_nstring(capture_instance)};"
+    )
+
+
+def _nstring(text: str) -> str:
+    return f"N'{_literal(text)}'"
+
+
+#: The database user the capture login maps to (the grantee of the grants the checks name).
+USER_SQL = "SELECT USER_NAME()"
+ROLE_SQL = "SELECT role_name FROM cdc.change_tables WHERE capture_instance = ?"
+
+
+def check_table_access(conn: Any, tables: Sequence[TableRef]) -> list[str]:
+    """Can the capture login read each table (the snapshot does)? Error 229 otherwise."""
+    denied = []
+    for ref in tables:
+        try:
+            rows(conn, f"SELECT TOP (0) * FROM {ref.quoted(SQLSERVER_NAMES)}")
+        except Exception as exc:
+            number = error_number(exc)
+            if number == 208:  # no such table: reported by describe_tables
+                continue
+            if number != 229:
+                raise
+            denied.append(ref)
+    if not denied:
+        return []
+    user = quote(str(value(conn, USER_SQL)))
+    return [
+        f"the capture login (database user {user}) cannot SELECT from {_names(denied)}, which the snapshot reads "
+        f"(SQL Server error 229). Run: "
+        + " ".join(f"GRANT SELECT ON {r.quoted(SQLSERVER_NAMES)} TO {user};" for r in denied)
+    ]
+
+
 def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
-    """Can the capture login read each capture instance's changes? (error 229 otherwise)."""
-    problems = []
+    """Can the capture login read each capture instance's changes? Error 229 otherwise: SELECT on
+    the change tables (the cdc schema) and, for an instance with a gating role, membership of it."""
+    denied: list[tuple[str, str]] = []
     for table in tables:
         for instance in table.instances:
             try:
@@ -314,12 +435,26 @@ def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
             except Exception as exc:
                 if error_number(exc) != 229:
                     raise
-                problems.append(
-                    f"the capture login cannot read the changes of {instance.name!r} ({error_message(exc)}). "
-                    "Grant it SELECT on the cdc schema (GRANT SELECT ON SCHEMA::cdc TO <user>), or add it to the "
-                    "capture instance's gating role"
-                )
-    return problems
+                denied.append((instance.name, _server_said(exc)))
+    if not denied:
+        return []
+    user = quote(str(value(conn, USER_SQL)))
+    roles = sorted({str(r) for name, _ in denied for r in [value(conn, ROLE_SQL, name)] if r})
+    fix = f"GRANT SELECT ON SCHEMA::[cdc] TO {user};"
+    if roles:
+        fix += " " + " ".join(f"ALTER ROLE {quote(r)} ADD MEMBER {user};" for r in roles) + " (the gating role)"
+    names = ", ".join(repr(name) for name, _ in denied)
+    return [
+        f"the capture login (database user {user}) cannot read the changes of capture instance(s) {names}: "
+        f"{denied[0][1]}. Run: {fix}"
+    ]
+
+
+def _server_said(exc: BaseException) -> str:
+    """The server's message of a driver error, up to its error number (without the driver's words)."""
+    message = error_message(exc)
+    found = re.match(r"^(?:ERROR:\s*)?(.*?\(\d+\))", message)
+    return found.group(1) if found else message
 
 
 def check_agent(conn: Any) -> list[str]:
@@ -328,7 +463,7 @@ def check_agent(conn: Any) -> list[str]:
         return [
             "SQL Server Agent is not running: the capture job that fills the change tables runs under it, so no "
             "change would arrive. Start the SQL Server Agent service (and the capture job: "
-            "EXEC sys.sp_cdc_start_job @job_type = N'capture')"
+            "EXEC sys.sp_cdc_start_job @job_type = N'capture';)"
         ]
     return []
 
