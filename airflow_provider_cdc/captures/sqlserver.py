@@ -228,10 +228,20 @@ class SqlServerCapture(Capture):
                 if stored is not None:
                     where = store.describe(self.topic_prefix)
                     stored.check_identity(self.identity(server.database_guid, server.database), source=where)
-                    if server.cdc_enabled and self.snapshot_mode in ("initial", "never"):  # no re-snapshot due
-                        current = {i.name for listed in admin.capture_instances(conn).values() for i in listed}
-                        gone = [name for name in _known_instances(stored) if name not in current]
-                        if gone:
+                    if server.cdc_enabled and stored.lsn is not None and self.snapshot_mode in ("initial", "never"):
+                        # An instance the offset names is gone, and a table has no instance holding its changes
+                        # since the offset (a successor that took over before it is a schema change, not a hole).
+                        current = admin.capture_instances(conn)
+                        names = {i.name for listed in current.values() for i in listed}
+                        gone = [name for name in _known_instances(stored) if name not in names]
+                        uncovered = [
+                            ref
+                            for ref in tables
+                            if not any(
+                                i.start_lsn is not None and i.start_lsn <= stored.lsn for i in current.get(ref, ())
+                            )
+                        ]
+                        if gone and uncovered:
                             raise CdcConfigurationError(
                                 f"{where}: capture instance(s) {', '.join(map(repr, gone))} that this capture reads "
                                 "were disabled (sys.sp_cdc_disable_table) after it started: the changes made since "
