@@ -14,9 +14,10 @@ database and tables is the DBA's step, and setup checks it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -29,6 +30,7 @@ from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
@@ -125,6 +127,27 @@ class SqlServerCapture(Capture):
         from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
 
         return SqlServerCdcHook(self.sqlserver_conn_id, driver=self.odbc_driver)
+
+    def readiness(self, sensor: Any, context: Any) -> Readiness:
+        """Has the capture job processed every commit up to the sensor's ``wait_until``?"""
+        from airflow_provider_cdc.cdc.sources.sqlserver.pending import capture_job_readiness
+        from airflow_provider_cdc.operators.cdc import _utc_time
+
+        with self.hook().session() as conn:
+            return capture_job_readiness(conn, _utc_time(sensor.wait_until, sensor.task_id), self.server_time_zone)
+
+    def readiness_trigger(self, sensor: Any, context: Any) -> Any:
+        from airflow_provider_cdc.operators.cdc import _utc_time
+        from airflow_provider_cdc.triggers.sqlserver_cdc import SqlServerCdcChangesTrigger
+
+        until = _utc_time(sensor.wait_until, sensor.task_id)
+        return SqlServerCdcChangesTrigger(
+            self.sqlserver_conn_id,
+            None if until is None else until.isoformat(),
+            float(sensor.poke_interval),
+            driver=self.odbc_driver,
+            server_time_zone=self.server_time_zone,
+        )
 
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import pyodbc
@@ -283,10 +306,40 @@ class SqlServerCapture(Capture):
 
 @dataclass(frozen=True)
 class SqlServerStatus:
-    """Where the capture job and the cleanup job stand, for the captured tables' instances."""
+    """Where the capture job and the cleanup job stand: the newest commit captured, and for each
+    captured table its capture instances with the oldest change each still holds (None: gone)."""
 
     max_lsn: SqlServerLsn | None
-    oldest: dict[str, SqlServerLsn | None]  # capture instance -> its oldest change (None: gone)
+    instances: dict[TableRef, dict[str, SqlServerLsn | None]]
+
+
+def changes_lost(
+    status: SqlServerStatus, tables: Sequence[TableRef], offset: CaptureOffset | None
+) -> tuple[str, str] | None:
+    """``(gap reason, why)`` when some captured table's changes after the offset can no longer be
+    read: no capture instance left, or none whose oldest change reaches back to the offset (the
+    cleanup job purged them, or the instance that held them was disabled before a newer one took
+    over). Dropping the old instance after a schema change, once the new one covers the offset,
+    loses nothing."""
+    if offset is None or offset.lsn is None:
+        return None
+    for ref in tables:
+        held = {name: oldest for name, oldest in status.instances.get(ref, {}).items() if oldest is not None}
+        if not held:
+            return (
+                "instance_missing",
+                f"table {ref.quoted(SQLSERVER_NAMES)} has no capture instance any more (CDC was disabled on it): its "
+                f"changes after {offset.lsn} are gone",
+            )
+        reach = min(held.values())
+        if reach > offset.lsn:
+            return (
+                "changes_purged",
+                f"the oldest change any capture instance of {ref.quoted(SQLSERVER_NAMES)} still holds is {reach} "
+                f"({', '.join(sorted(held))}), past the stored offset {offset.lsn}: the cleanup job purged the changes "
+                "in between, or the instance that held them was disabled before a newer one took over",
+            )
+    return None
 
 
 class SqlServerRun(SourceRun):
@@ -304,24 +357,14 @@ class SqlServerRun(SourceRun):
         from airflow_provider_cdc.cdc.sources.sqlserver import admin
 
         instances = admin.capture_instances(self.conn)
-        names = [i.name for ref in self.tables for i in instances.get(ref, ())]
-        return SqlServerStatus(admin.max_lsn(self.conn), {name: admin.min_lsn(self.conn, name) for name in names})
+        return SqlServerStatus(
+            admin.max_lsn(self.conn),
+            {ref: {i.name: admin.min_lsn(self.conn, i.name) for i in instances.get(ref, ())} for ref in self.tables},
+        )
 
     def unavailable(self, offset: CaptureOffset | None, status: SqlServerStatus) -> tuple[str, str] | None:
-        """Changes after the offset that the cleanup job purged, or an instance disabled meanwhile."""
-        if offset is None or offset.lsn is None:
-            return None
-        for name in _known_instances(offset):
-            if name not in status.oldest or status.oldest[name] is None:
-                return "instance_missing", f"capture instance {name!r} was disabled: its unread changes are gone"
-            oldest = status.oldest[name]
-            assert oldest is not None
-            if oldest > offset.lsn:
-                return (
-                    "changes_purged",
-                    f"the cleanup job purged changes of {name!r} before {oldest}, past the stored offset {offset.lsn}",
-                )
-        return None
+        """Changes after the offset that the cleanup job purged, or whose instance was disabled."""
+        return changes_lost(status, _snapshotted(offset, self.tables), offset)
 
     def prepare_snapshot(self, decision: SnapshotDecision, status: SqlServerStatus) -> None:
         """Nothing to create: the snapshot is positioned by the capture job's newest LSN."""
@@ -340,7 +383,9 @@ class SqlServerRun(SourceRun):
             detected_ts_ms=now_ms,
         )
 
-    def plan_stream(self, offset: CaptureOffset | None, requested: Any, now_ms: int) -> StreamPlan:
+    def plan_stream(
+        self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None
+    ) -> StreamPlan:
         from airflow_provider_cdc.cdc.sources.sqlserver import admin
         from airflow_provider_cdc.cdc.sources.sqlserver.stream import ChangesPurgedError
 
@@ -362,12 +407,26 @@ class SqlServerRun(SourceRun):
                 "(snapshot_mode='when_needed' records the gap and re-snapshots), and raise the cleanup job's "
                 "retention (sys.sp_cdc_change_job @job_type = N'cleanup', @retention = <minutes>)"
             )
-        target = SqlServerLsn(requested) if requested is not None else current
+        if until is not None:
+            target = self._end_before(until, start.lsn)
+        else:
+            target = SqlServerLsn(requested) if requested is not None else current
         window, planned = core.plan_window(
             start, target=target, current=current, now_ms=now_ms, notes=notes, current_name="capture job's position"
         )
         self._newest = newest
         return StreamPlan(window, planned, None, tuple(notes))
+
+    def _end_before(self, until: datetime, start: Any) -> SqlServerLsn:
+        """The window end that takes exactly the commits before ``until``: after the last commit whose
+        ``tran_end_time`` is before it (``sys.fn_cdc_map_time_to_lsn('largest less than', ...)``, in the
+        server's local time), never before the window's start."""
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+
+        local = until.astimezone(ZoneInfo(self.capture.server_time_zone)).replace(tzinfo=None)
+        last = admin.map_time_to_lsn(self.conn, "largest less than", local)
+        end = SqlServerLsn(0) if last is None else last.next()
+        return max(end, SqlServerLsn(start))
 
     def heartbeat(self, query: str) -> None:
         cursor = self.conn.cursor()
@@ -417,6 +476,14 @@ class SqlServerRun(SourceRun):
             run=run,
             checkpoint=checkpoint,
         )
+
+
+def _snapshotted(offset: CaptureOffset | None, tables: Sequence[TableRef]) -> list[TableRef]:
+    """The captured tables whose history the capture holds (those its snapshot covered)."""
+    if offset is None:
+        return []
+    covered = offset.extra.get("tables")
+    return list(tables) if covered is None else [r for r in tables if r.to_json() in covered]
 
 
 def _known_instances(offset: CaptureOffset | None) -> list[str]:

@@ -180,7 +180,7 @@ def fold(spark: Any, events: Any, base: Any) -> Any:
         # Initial snapshot rows come first in their window; incremental snapshot rows sit at their
         # chunk's high watermark (source.commit_lsn), between the stream's transactions.
         F.when((F.col("op") == "r") & (F.col("source.snapshot") != "incremental"), 0).otherwise(1),
-        F.coalesce(F.col("source.commit_lsn"), F.lit(0)),
+        F.coalesce(_sortable_commit(events), F.lit("")),
         F.coalesce(F.col("transaction.total_order"), F.lit(0)),
     )
     events = events.withColumn("_pos", position)
@@ -338,9 +338,21 @@ def _position(seq: Any, phase: Any, lsn: Any, order: Any) -> Any:
     return F.struct(
         seq.cast("long").alias("seq"),
         phase.cast("int").alias("phase"),
-        lsn.cast("long").alias("lsn"),
+        lsn.cast("string").alias("lsn"),
         order.cast("long").alias("order"),
     )
+
+
+def _sortable_commit(events: Any) -> Any:
+    """``source.commit_lsn`` as text that sorts like the position: PostgreSQL's is a number (padded
+    to 20 digits), SQL Server's Debezium's fixed-width ``vlf:block:slot`` hexadecimal text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    column = F.col("source.commit_lsn")
+    if isinstance(events.schema["source"].dataType["commit_lsn"].dataType, StringType):
+        return column
+    return F.lpad(column.cast("string"), 20, "0")
 
 
 def _conform_struct(column: Any, source_type: Any, target_type: Any) -> Any:
