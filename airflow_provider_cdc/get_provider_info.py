@@ -10,41 +10,59 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Change data capture as scheduled, bounded batches: PostgreSQL logical "
-        "replication to Debezium-compatible change events, run on Spark.",
+        "replication and SQL Server CDC to Debezium-compatible change events, run on Spark.",
         "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "PostgreSQL change capture",
                 "external-doc-url": "https://www.postgresql.org/docs/current/logical-replication.html",
                 "tags": ["software"],
-            }
+            },
+            {
+                "integration-name": "SQL Server change capture",
+                "external-doc-url": "https://learn.microsoft.com/sql/relational-databases/track-changes/about-change-data-capture-sql-server",
+                "tags": ["software"],
+            },
         ],
         "hooks": [
             {
                 "integration-name": "PostgreSQL change capture",
                 "python-modules": ["airflow_provider_cdc.hooks.postgres_cdc"],
-            }
+            },
+            {
+                "integration-name": "SQL Server change capture",
+                "python-modules": ["airflow_provider_cdc.hooks.sqlserver_cdc"],
+            },
         ],
         "operators": [
             {
                 "integration-name": "PostgreSQL change capture",
                 "python-modules": [
+                    "airflow_provider_cdc.operators.cdc",
                     "airflow_provider_cdc.operators.postgres_cdc",
                     "airflow_provider_cdc.operators.slot_maintenance",
                     "airflow_provider_cdc.operators.query_extract",
                 ],
-            }
+            },
+            {
+                "integration-name": "SQL Server change capture",
+                "python-modules": ["airflow_provider_cdc.operators.sqlserver_health"],
+            },
         ],
         "sensors": [
             {
                 "integration-name": "PostgreSQL change capture",
-                "python-modules": ["airflow_provider_cdc.sensors.postgres_cdc"],
+                "python-modules": ["airflow_provider_cdc.sensors.cdc", "airflow_provider_cdc.sensors.postgres_cdc"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "PostgreSQL change capture",
                 "python-modules": ["airflow_provider_cdc.triggers.postgres_cdc"],
-            }
+            },
+            {
+                "integration-name": "SQL Server change capture",
+                "python-modules": ["airflow_provider_cdc.triggers.sqlserver_cdc"],
+            },
         ],
     }

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
@@ -34,6 +36,7 @@ from airflow_provider_cdc.cdc.positions import Position
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
+from airflow_provider_cdc.cdc.value_modes import ValueModes
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import OffsetStore
 
@@ -108,7 +111,7 @@ class Capture(ABC):
                 raise CdcConfigurationError(
                     f"table pattern {pattern!r} is not a valid regular expression: {exc}"
                 ) from None
-        duplicates = sorted({str(r) for r in refs if refs.count(r) > 1})
+        duplicates = sorted({r.quoted(self.NAMES) for r in refs if refs.count(r) > 1})
         if duplicates:
             raise CdcConfigurationError(f"tables listed more than once: {', '.join(duplicates)}")
         self.tables = refs
@@ -155,13 +158,36 @@ class Capture(ABC):
     def position(self, text: str) -> Position:
         """A position the user typed (e.g. ``upto_lsn``), in the source's own text form."""
 
-    @abstractmethod
-    def event_settings(self) -> Any:
-        """How the source's values become event values (handling modes, column rules)."""
+    def value_modes(self) -> ValueModes:
+        """Debezium's handling modes (a source with more modes adds them)."""
+        return ValueModes(
+            decimal=self.decimal_handling_mode,
+            time_precision=self.time_precision_mode,
+            binary=self.binary_handling_mode,
+        )
 
-    @abstractmethod
+    def event_settings(self) -> EventSettings:
+        """How the source's values become event values: handling modes and column rules."""
+        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
+            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
+        return EventSettings(
+            modes=self.value_modes(),
+            columns=ColumnRules.from_options(
+                include=tuple(self.column_include_list),
+                exclude=tuple(self.column_exclude_list),
+                debezium_properties=self.column_masks,
+                as_text=tuple(self.column_text_list),
+            ),
+        )
+
     def store(self) -> OffsetStore:
-        """Where the offset lives."""
+        """Where the offset lives: the given store, or an Airflow Variable (sources with their own
+        stores extend this)."""
+        if not isinstance(self.offset_store, str):
+            return self.offset_store
+        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+        return VariableOffsetStore()
 
     @abstractmethod
     def setup(self, log: logging.Logger) -> dict[str, Any]:
@@ -173,8 +199,15 @@ class Capture(ABC):
         """One run's session with the source, holding the capture lock for its duration."""
 
     @abstractmethod
+    def resolve_tables(self, conn: Any) -> tuple[TableRef, ...]:
+        """The tables this capture reads now (explicit list or patterns against the catalog)."""
+
     def resolve_tables_now(self) -> tuple[TableRef, ...]:
-        """The tables this capture reads now (opens a session when patterns are used)."""
+        """The tables this capture reads now (opens a session only when patterns are used)."""
+        if self.table_refs:
+            return self.table_refs
+        with self.hook().session() as conn:  # type: ignore[attr-defined]
+            return self.resolve_tables(conn)
 
     @abstractmethod
     def readiness(self, sensor: Any, context: Any) -> Readiness:

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
-from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset
@@ -93,12 +92,6 @@ class PostgresCapture(Capture):
         """The tables this capture reads now (explicit list or patterns against the catalog)."""
         return admin.resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
 
-    def resolve_tables_now(self) -> tuple[TableRef, ...]:
-        if self.table_refs:
-            return self.table_refs
-        with self.hook().session() as conn:
-            return self.resolve_tables(conn)
-
     def readiness(self, sensor: Any, context: Any) -> Readiness:
         """Pending WAL on the slot (and, if asked, a captured change decoded from it)."""
         from airflow_provider_cdc.cdc.sources.postgres.pending import slot_readiness
@@ -140,34 +133,23 @@ class PostgresCapture(Capture):
         return OffsetIdentity(self.topic_prefix, system_identifier, database, self.resolved_slot_name)
 
     def store(self) -> OffsetStore:
-        if not isinstance(self.offset_store, str):
-            return self.offset_store
         if self.offset_store == "state_table":
             from airflow_provider_cdc.offsets.state_table import PostgresStateTableOffsetStore
 
             return PostgresStateTableOffsetStore(self.postgres_conn_id, self.offset_table)
-        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+        return super().store()
 
-        return VariableOffsetStore()
+    def value_modes(self) -> ValueModes:
+        return replace(
+            super().value_modes(),
+            hstore=self.hstore_handling_mode,
+            interval=self.interval_handling_mode,
+            unavailable_value_placeholder=self.unavailable_value_placeholder,
+        )
 
     def event_settings(self) -> EventSettings:
-        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
-            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
-        return EventSettings(
-            modes=ValueModes(
-                decimal=self.decimal_handling_mode,
-                time_precision=self.time_precision_mode,
-                binary=self.binary_handling_mode,
-                hstore=self.hstore_handling_mode,
-                interval=self.interval_handling_mode,
-                unavailable_value_placeholder=self.unavailable_value_placeholder,
-            ),
-            columns=ColumnRules.from_options(
-                include=tuple(self.column_include_list),
-                exclude=tuple(self.column_exclude_list),
-                debezium_properties=self.column_masks,
-                as_text=tuple(self.column_text_list),
-            ),
+        return replace(
+            super().event_settings(),
             message_prefix_include=tuple(self.message_prefix_include_list),
             message_prefix_exclude=tuple(self.message_prefix_exclude_list),
         )

@@ -23,9 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc import planning as core
-from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
@@ -40,9 +38,8 @@ from airflow_provider_cdc.cdc.sources.sqlserver.spec import (
     SqlServerJobSpec,
 )
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
-from airflow_provider_cdc.cdc.value_modes import ValueModes
 from airflow_provider_cdc.cdc.window import Window, window_id_for
-from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
+from airflow_provider_cdc.offsets.base import peek_offset
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
@@ -159,38 +156,8 @@ class SqlServerCapture(Capture):
 
         return admin.resolve_tables(conn, self.table_refs, self.table_include_list, self.table_exclude_list)
 
-    def resolve_tables_now(self) -> tuple[TableRef, ...]:
-        if self.table_refs:
-            return self.table_refs
-        with self.hook().session() as conn:
-            return self.resolve_tables(conn)
-
     def identity(self, database_guid: str, database: str) -> OffsetIdentity:
         return OffsetIdentity(self.topic_prefix, database_guid, database, None)
-
-    def store(self) -> OffsetStore:
-        if not isinstance(self.offset_store, str):
-            return self.offset_store
-        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
-
-        return VariableOffsetStore()
-
-    def event_settings(self) -> EventSettings:
-        if isinstance(self.column_include_list, str) or isinstance(self.column_exclude_list, str):
-            raise CdcConfigurationError("column_include_list / column_exclude_list take a list of patterns")
-        return EventSettings(
-            modes=ValueModes(
-                decimal=self.decimal_handling_mode,
-                time_precision=self.time_precision_mode,
-                binary=self.binary_handling_mode,
-            ),
-            columns=ColumnRules.from_options(
-                include=tuple(self.column_include_list),
-                exclude=tuple(self.column_exclude_list),
-                debezium_properties=self.column_masks,
-                as_text=tuple(self.column_text_list),
-            ),
-        )
 
     # -- setup -----------------------------------------------------------------------------------
 

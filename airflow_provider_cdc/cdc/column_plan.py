@@ -18,7 +18,7 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc.columns import ColumnRules, MaskRule
 from airflow_provider_cdc.cdc.envelope import EventLayout
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, NameRules, TableRef
 
 C = TypeVar("C")  # a source's column description
 K = TypeVar("K")  # a source's codec (has ``arrow_type`` and ``description``)
@@ -45,15 +45,17 @@ class ColumnPlan(Generic[C, K]):
         name: Callable[[C], str],
         codec: Callable[[C, bool], K],
         source_type: pa.StructType,
+        names: NameRules = POSTGRES_NAMES,
     ) -> ColumnPlan[C, K]:
         """``codec(column, as_text)``: the source's codec of a column (``as_text``: listed in
         ``column_text_list``)."""
         keys = set(key_columns)
+        table = ref.quoted(names)
         qualified = [f"{ref.schema}.{ref.name}.{name(c)}" for c in columns]
         positions = tuple(i for i, c in enumerate(columns) if rules.keeps(qualified[i], is_key=name(c) in keys))
         kept = tuple(columns[i] for i in positions)
         if not kept:
-            raise CdcConfigurationError(f"the column filters leave no column of {ref} to capture")
+            raise CdcConfigurationError(f"the column filters leave no column of {table} to capture")
         codecs = tuple(codec(columns[i], rules.keeps_text(qualified[i])) for i in positions)
         masks: list[MaskRule | None] = []
         for i, column_codec in zip(positions, codecs):
@@ -61,12 +63,12 @@ class ColumnPlan(Generic[C, K]):
             column = name(columns[i])
             if mask is not None and column in keys:
                 raise CdcConfigurationError(
-                    f"{ref}.{column} is a key column: key columns are never masked (merges need them)"
+                    f"{table}.{column} is a key column: key columns are never masked (merges need them)"
                 )
             arrow_type: Any = column_codec.arrow_type
             if mask is not None and not pa.types.is_string(arrow_type):
                 raise CdcConfigurationError(
-                    f"masking rule {mask.pattern!r} matches {ref}.{column}, which is captured as "
+                    f"masking rule {mask.pattern!r} matches {table}.{column}, which is captured as "
                     f"{column_codec.description}; masks apply to character columns only"
                 )
             masks.append(mask)

@@ -7,11 +7,16 @@ Sources are imported on first use, so the core loads none of them.
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+
+log = logging.getLogger(__name__)
 
 # connector -> (job spec class, job entry point), as "module:name"
 _SOURCES = {
@@ -49,3 +54,27 @@ def spec_from_json(text: str) -> Any:
 def run_window_job(spec: Any, spark_provider: Callable[[], Any] | None = None) -> Any:
     """Run the window of ``spec`` (any source's job spec) and return its commit-log entry."""
     return _load(_entry(spec.connector)[1])(spec, spark_provider)
+
+
+def lazy_session(spark: Any) -> Callable[[], Any]:
+    """A Spark session made on first use (a stream window on a local sink never needs one)."""
+
+    @functools.cache
+    def provider() -> Any:
+        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+        started = time.monotonic()
+        session = get_or_create_session(spark)
+        log.info("Spark session ready in %.1fs (master %s)", time.monotonic() - started, session.sparkContext.master)
+        return session
+
+    return provider
+
+
+def recorded_run(spec: Any) -> dict[str, Any]:
+    """What a commit entry keeps beyond the data: the scheduler run that planned the window and the
+    offset it was planned from (planning.reconcile restores a lost offset from it)."""
+    return {
+        **({"run": spec.run} if spec.run else {}),
+        **({"offset": spec.checkpoint} if spec.checkpoint else {}),
+    }

@@ -100,7 +100,10 @@ def split_identifier(text: str, rules: NameRules = POSTGRES_NAMES) -> list[str]:
             buf = []
             while True:
                 if i >= n:
-                    raise CdcConfigurationError(f"unterminated quoted identifier in {text!r}")
+                    raise CdcConfigurationError(
+                        f"unterminated quoted identifier in {text!r}: close it with {close} "
+                        f"(a {close} inside a name is written {close}{close})"
+                    )
                 if text[i] == close:
                     if i + 1 < n and text[i + 1] == close:
                         buf.append(close)

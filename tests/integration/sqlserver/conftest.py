@@ -7,13 +7,18 @@ import pytest
 from tests.support.sqlserver import StatementRecorder
 from tests.support.sqlserver.fixtures import airflow_connection, standin_for
 
-#: Every statement the product and the tests send in this folder, checked as T-SQL by the last test.
+#: A recorder for stand-ins a module starts itself (checked by that module).
 RECORDER = StatementRecorder()
 
 
 @pytest.fixture
 def sqlserver(request, pg15):
-    yield from standin_for(request, pg15, RECORDER)
+    """A stand-in for the test; afterwards, every statement sent to it (by the product and the test)
+    must parse as T-SQL, so invalid T-SQL cannot hide behind the stand-in's translation."""
+    recorder = StatementRecorder()
+    yield from standin_for(request, pg15, recorder)
+    assert recorder.statements(), "nothing reached the stand-in"
+    assert recorder.invalid() == []
 
 
 @pytest.fixture

@@ -471,15 +471,16 @@ def run_heartbeat(conn, query: str) -> None:
         ) from None
 
 
-def advance_slot(conn, slot: str, lsn: Lsn) -> Lsn:
-    """Acknowledge the slot up to ``lsn`` (never backwards). Returns the confirmed position."""
+def advance_slot(conn, slot: str, lsn: Lsn, *, release_timeout: float = 10.0) -> Lsn:
+    """Acknowledge the slot up to ``lsn`` (never backwards). Returns the confirmed position.
+
+    Right after a window's job closed its replication connection, the server may still show the
+    slot active while its walsender exits (seconds on a loaded machine): wait for that first."""
     status = slot_status(conn, slot)
+    if status is not None and status.active:
+        status = wait_for_slot_release(conn, slot, timeout=release_timeout)
     if status is None:
         raise SlotMissingError(f"replication slot {slot!r} disappeared before it could be acknowledged")
-    if status.active:
-        raise ConcurrentCaptureError(
-            f"replication slot {slot!r} is in use by pid {status.active_pid}; cannot acknowledge it"
-        )
     confirmed = status.confirmed_flush_lsn
     if confirmed is not None and confirmed >= lsn:
         return confirmed

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.jobs import lazy_session, recorded_run
 from airflow_provider_cdc.cdc.naming import Topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -51,7 +52,7 @@ SparkProvider = Callable[[], Any]
 def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
     """Run the window of ``spec`` and return its commit-log entry."""
     if spark_provider is None:
-        spark_provider = _lazy_session(spec)
+        spark_provider = lazy_session(spec.spark)
     started = time.monotonic()
     run = _run_snapshot if spec.window.kind == "snapshot" else _run_stream
     entry = run(spec, spark_provider)
@@ -64,19 +65,6 @@ def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) 
         time.monotonic() - started,
     )
     return entry
-
-
-def _lazy_session(spec: PostgresJobSpec) -> SparkProvider:
-    @functools.cache
-    def provider() -> Any:
-        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-
-        started = time.monotonic()
-        session = get_or_create_session(spec.spark)
-        log.info("Spark session ready in %.1fs (master %s)", time.monotonic() - started, session.sparkContext.master)
-        return session
-
-    return provider
 
 
 def _topics(spec: PostgresJobSpec, tables: Any) -> list[Topic]:
@@ -168,20 +156,11 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
             **incremental_stats,
-            **_recorded_run(spec),
+            **recorded_run(spec),
         },
     )
     _drop_emitted_chunks(sink, incremental.emitted)
     return entry
-
-
-def _recorded_run(spec: PostgresJobSpec) -> dict[str, Any]:
-    """What the commit entry keeps of the run beyond the data: the scheduler run that planned it
-    and the offset it was planned from (see planning.reconcile, which restores offsets from it)."""
-    return {
-        **({"run": spec.run} if spec.run else {}),
-        **({"offset": spec.checkpoint} if spec.checkpoint else {}),
-    }
 
 
 def _stage(writer: Any, topic: Topic, batch: pa.RecordBatch) -> str:
@@ -299,7 +278,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_xmin": xmin,
             "job_pid": os.getpid(),
-            **_recorded_run(spec),
+            **recorded_run(spec),
         },
     )
 

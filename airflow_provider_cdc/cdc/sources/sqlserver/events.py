@@ -21,6 +21,7 @@ from airflow_provider_cdc.cdc.envelope import TRANSACTION_BLOCK, TRUNCATE_FLAGS,
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.types import Codec, codec_for, text_codec
+from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
 
 CONNECTOR = "sqlserver"
 
@@ -58,6 +59,7 @@ class TableEncoder:
                 text_codec(c.type, settings.modes) if as_text else codec_for(c.type, settings.modes)
             ),
             source_type=SOURCE_BLOCK,
+            names=SQLSERVER_NAMES,
         )
         self.columns = plan.columns
         self.codecs = plan.codecs

@@ -12,6 +12,7 @@ from typing import Any
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.jobs import lazy_session, recorded_run
 from airflow_provider_cdc.cdc.naming import Topic, side_topics
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -38,7 +39,7 @@ SparkProvider = Callable[[], Any]
 def run_job(spec: SqlServerJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
     """Run the window of ``spec`` and return its commit-log entry."""
     if spark_provider is None:
-        spark_provider = _lazy_session(spec)
+        spark_provider = lazy_session(spec.spark)
     started = time.monotonic()
     spec = _with_password(spec)
     entry = (_run_snapshot if spec.window.kind == "snapshot" else _run_stream)(spec, spark_provider)
@@ -59,16 +60,6 @@ def _with_password(spec: SqlServerJobSpec) -> SqlServerJobSpec:
     if spec.connection.password is not None:
         return spec
     return replace(spec, connection=spec.connection.with_password_from_env())
-
-
-def _lazy_session(spec: SqlServerJobSpec) -> SparkProvider:
-    @functools.cache
-    def provider() -> Any:
-        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-
-        return get_or_create_session(spec.spark)
-
-    return provider
 
 
 def _context(spec: SqlServerJobSpec) -> EventContext:
@@ -92,13 +83,6 @@ def _describe(conn: Any, spec: SqlServerJobSpec) -> dict[str, TableInfo]:
     for table in found.values():  # fail on bad filters or masks before reading anything
         TableEncoder(table, table.columns, spec.events)
     return {ref.data_collection: table for ref, table in found.items()}
-
-
-def _recorded_run(spec: SqlServerJobSpec) -> dict[str, Any]:
-    return {
-        **({"run": spec.run} if spec.run else {}),
-        **({"offset": spec.checkpoint} if spec.checkpoint else {}),
-    }
 
 
 def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> CommitEntry:
@@ -154,10 +138,11 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             "changes": stats.changes,
             "chunks": stats.chunks,
             "key_changes": stats.key_changes,
-            "source_state": {"instances": sorted({r.instance.name for r in ranges} | set(spec.known_instances))},
+            # The instances the tables have now (an old one dropped after a switch is gone from here).
+            "source_state": {"instances": sorted(i.name for t in tables.values() for i in t.instances)},
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
-            **_recorded_run(spec),
+            **recorded_run(spec),
         },
     )
 
@@ -226,7 +211,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
             "snapshot_isolation_mode": spec.snapshot_isolation_mode,
             "source_state": {"instances": sorted(i.name for t in tables.values() for i in t.instances)},
             "job_pid": os.getpid(),
-            **_recorded_run(spec),
+            **recorded_run(spec),
         },
     )
 
