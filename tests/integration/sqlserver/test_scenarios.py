@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from tests.integration.sqlserver.test_capture import assert_reproduces_source, capture_dag, make_capture
 from tests.support import airflow as af
-from tests.support.oracle import events_of
+from tests.support.oracle import assert_same_state, events_of, replay
 from tests.support.sqlserver import workload
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -110,7 +110,15 @@ def test_a_second_capture_instance_takes_over_at_its_start_and_nothing_is_lost(s
     after = af.run(dag, 2, errors=errors)
     assert after.state == "success", errors
     assert after.xcom["window"]["events"]["shop.dbo.customers"] == {"d": 1}
-    assert_reproduces_source(standin, tmp_path)
+    # SQL Server recorded row 2's new e-mail only in the old instance, which has no such column:
+    # a value written to a new column before its capture instance exists is not in any change row
+    # (docs/sqlserver.md says to enable the new instance right after the ALTER). Everything else holds.
+    source = workload.source_rows(standin, "dbo.customers")
+    source[(2,)] = {**source[(2,)], "email": None}
+    assert_same_state(replay(events_of(tmp_path, "shop", "dbo.customers"), ["id"]), source)
+    assert_same_state(
+        replay(events_of(tmp_path, "shop", "dbo.orders"), ["id"]), workload.source_rows(standin, "dbo.orders")
+    )
 
 
 def test_when_needed_resnapshots_after_a_purge_and_records_the_gap(sqlserver_conn, tmp_path):
