@@ -1,9 +1,11 @@
 """Crash-safety harness: run capture tasks in a child process, kill it, recover, check everything.
 
-A :class:`CrashCapture` is one capture (prefix, slot, publication, sink, state-table offsets)
-on a test database. ``child()`` runs a task in a separate Python process that is killed with
-``SIGKILL`` at a named fault point or after a delay; ``run()`` runs a task in the test process
-(the "next run" that must repair whatever the crash left). ``verify()`` checks every promise:
+A :class:`CrashCapture` is one capture (prefix, sink, and its source's settings) on a test
+database of any source; what differs per source is behind its :class:`CrashSource` adapter
+(``tests/support/crash_sources.py``). ``child()`` runs a task in a separate Python process
+(``tests/support/crash_driver.py``) that is killed with ``SIGKILL`` at a named fault point or
+after a delay; ``run()`` runs a task in the test process (the "next run" that must repair
+whatever the crash left). ``verify()`` checks every promise:
 
 - the committed windows are numbered 1..n without gaps and stream windows are contiguous;
 - no change event appears twice (stream: commit LSN + position in the transaction; snapshot:
@@ -11,8 +13,12 @@ on a test database. ``child()`` runs a task in a separate Python process that is
 - the transaction side table has one BEGIN and one END per transaction, and END's counts
   equal the events written for it, per table;
 - replaying the committed events gives exactly the source tables;
-- the stored offset names the last committed window, nothing pending, and the slot is
-  acknowledged there (nothing pinned behind it).
+- the stored offset names the last committed window, nothing pending, and the source holds
+  nothing behind it (PostgreSQL: the slot is acknowledged there).
+
+The crash procedures shared by every source's crash tests follow: :func:`snapshot_crash` (a
+capture whose first snapshot is killed), :func:`stream_crashes` (stream windows killed at fault
+points and at random moments, with writers), :func:`crash_sweep` (the long random sweep).
 """
 
 from __future__ import annotations
@@ -20,36 +26,34 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
-from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
 from airflow_provider_cdc.version_compat import AirflowSkipException
+from tests.support.crash_sources import CrashSource, PostgresCrashSource
 from tests.support.databases import CaptureDatabase
-from tests.support.oracle import assert_same_state, assert_source_blocks, replay, source_rows
+from tests.support.oracle import assert_same_state, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
-OPERATORS = {
-    "setup": PostgresCdcSetupOperator,
-    "snapshot": PostgresCdcSnapshotOperator,
-    "batch": PostgresCdcBatchOperator,
-}
+# Every child (and its Spark workers) imports Airflow, Spark and the provider anew: with bytecode
+# caches (outside the work tree, also where PYTHONDONTWRITEBYTECODE keeps them out of it) that
+# takes seconds less per child.
+CHILD_BYTECODE = {"PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / f"cdc-crash-pycache-{os.getuid()}")}
 
 
 def prepare_shop(db: CaptureDatabase, monkeypatch: Any, name: str, *, customers: int, orders_per_customer: int) -> str:
@@ -71,47 +75,91 @@ class ChildResult:
     returncode: int
     stdout: str
     stderr: str
+    elapsed: float = 0.0  # seconds from the child's "ready" (imports done) to its end
 
     @property
     def killed(self) -> bool:
         return self.returncode == KILLED
 
+    @property
+    def outcome(self) -> str:
+        return "killed" if self.killed else "failed" if self.returncode == 1 else "completed"
+
     def describe(self) -> str:
         return f"exit {self.returncode}\n--- stderr (tail) ---\n{self.stderr[-3000:]}"
 
 
-@dataclass
 class CrashCapture:
-    db: CaptureDatabase
-    conn_id: str
-    prefix: str
-    sink: Path
-    keys: dict[str, list[str]]
-    chunk: int = 100_000
-    offset_table: str = "cdc_state.offsets"
-    overrides: dict[str, Any] = field(default_factory=dict)
+    """One capture under crash tests. ``CrashCapture(db, conn_id, prefix, sink, keys, ...)`` is a
+    PostgreSQL capture (state-table offsets in ``offset_table``); :meth:`of` takes any source's
+    adapter."""
+
+    def __init__(
+        self,
+        db: CaptureDatabase,
+        conn_id: str,
+        prefix: str,
+        sink: Path,
+        keys: dict[str, list[str]],
+        chunk: int = 100_000,
+        offset_table: str = "cdc_state.offsets",
+        overrides: dict[str, Any] | None = None,
+    ):
+        self._init(PostgresCrashSource(db, conn_id, offset_table), prefix, sink, keys, chunk, overrides)
+
+    @classmethod
+    def of(
+        cls,
+        source: CrashSource,
+        prefix: str,
+        sink: Path,
+        keys: dict[str, list[str]],
+        *,
+        chunk: int = 100_000,
+        overrides: dict[str, Any] | None = None,
+    ) -> CrashCapture:
+        crash = cls.__new__(cls)
+        crash._init(source, prefix, sink, keys, chunk, overrides)
+        return crash
+
+    def _init(self, source, prefix, sink, keys, chunk, overrides) -> None:
+        self.source = source
+        self.prefix = prefix
+        self.sink = sink
+        self.keys = keys
+        self.chunk = chunk
+        self.overrides = dict(overrides or {})
+
+    # PostgreSQL's names, kept for the tests written before there were adapters.
+    @property
+    def db(self) -> CaptureDatabase:
+        return self.source.db  # type: ignore[attr-defined]
+
+    @property
+    def conn_id(self) -> str:
+        return self.source.conn_id  # type: ignore[attr-defined]
+
+    @property
+    def offset_table(self) -> str:
+        return self.source.offset_table  # type: ignore[attr-defined]
 
     @property
     def slot(self) -> str:
-        return f"slot_{self.prefix}_{self.db.name}"[:63]
+        return self.source.slot(self.prefix)  # type: ignore[attr-defined]
 
     def fields(self) -> dict[str, Any]:
         return {
-            "postgres_conn_id": self.conn_id,
             "tables": list(self.keys),
             "topic_prefix": self.prefix,
             "sink_path": str(self.sink),
-            "slot_name": self.slot,
-            "publication_name": f"pub_{self.prefix}",
-            "offset_store": "state_table",
-            "offset_table": self.offset_table,
             "spark_master": "local[2]",
             "max_changes_per_chunk": self.chunk,
+            **self.source.capture_fields(self),
             **self.overrides,
         }
 
-    def capture(self) -> PostgresCapture:
-        return PostgresCapture(**self.fields())
+    def capture(self) -> Capture:
+        return self.source.build(self.fields())
 
     # -- running -------------------------------------------------------------------------------
 
@@ -122,9 +170,12 @@ class CrashCapture:
         ``SIGKILL`` ``kill_after`` seconds after its imports finished (wherever it then is)."""
         env = dict(os.environ)
         env.pop("AIRFLOW_CDC_FAULT", None)
+        env.update(CHILD_BYTECODE)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.update(self.source.child_env(self))
         if fault is not None:
             env["AIRFLOW_CDC_FAULT"] = fault
-        config = {"step": step, "capture": self.fields()}
+        config = {"source": self.source.NAME, "step": step, "capture": self.fields()}
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.crash_driver", json.dumps(config)],
             cwd=ROOT,
@@ -133,21 +184,25 @@ class CrashCapture:
             stderr=subprocess.PIPE,
             text=True,
         )
-        if kill_after is not None:
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() == "ready":
-                time.sleep(kill_after)
-                proc.send_signal(signal.SIGKILL)
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        if kill_after is not None and ready:
+            time.sleep(kill_after)
+            proc.send_signal(signal.SIGKILL)
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
-        return ChildResult(proc.returncode, stdout, stderr)
+        self.source.after_child(self)
+        return ChildResult(proc.returncode, stdout, stderr, time.monotonic() - started if ready else 0.0)
 
     def run(self, step: str) -> dict | None:
-        """Run ``step`` in this process (None if skipped); waits out a dying predecessor's lock."""
-        operator = OPERATORS[step](task_id=step, capture=self.capture())
+        """Run ``step`` in this process (None if skipped); waits out a dying predecessor's lock.
+        First waits until the source's change capture has everything committed so far."""
+        self.source.settle()
+        operator = self.source.operator(step)(task_id=step, capture=self.capture())
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -162,28 +217,25 @@ class CrashCapture:
 
     def catch_up(self) -> list[dict]:
         """Batch runs until the windows cover everything committed before this call."""
-        target = self.db.current_lsn()
+        target = self.source.position()
+        parse = self.capture().position
         summaries = []
         for _ in range(5):
             summary = self.run("batch")
             assert summary is not None
             summaries.append(summary)
-            if Lsn(summary["to_lsn"]) >= target:
+            if parse(summary["to_lsn"]) >= target:
                 return summaries
         raise AssertionError(f"five batch runs did not reach {target}: {summaries}")
 
     # -- checking ------------------------------------------------------------------------------
 
-    def stored_offset(self) -> PostgresOffset | None:
-        schema, table = self.offset_table.split(".")
-        with self.db.connect() as conn:
-            row = conn.execute(
-                f'SELECT document::text FROM "{schema}"."{table}" WHERE capture = %s', (self.prefix,)
-            ).fetchone()
-        return None if row is None else PostgresOffset.from_json(row[0])
+    def stored_offset(self) -> CaptureOffset | None:
+        return self.source.stored_offset(self)
 
     def verify(self, *, transactions: int | None = None) -> dict[str, int]:
         """Check every invariant (see the module docstring); returns counts for reporting."""
+        self.source.settle()
         sink = str(self.sink)
         entries = committed_windows(sink, self.prefix)
         assert entries, "nothing was committed"
@@ -205,14 +257,13 @@ class CrashCapture:
             )
             repeated = [k for k, n in snapshot_keys.items() if n > 1]
             assert not repeated, f"{table}: snapshot rows written twice: {repeated[:5]}"
-            assert_source_blocks(events)
+            self.source.check_events(table, events)
             stream_events[table] = [e for e in events if e["op"] != "r"]
             for e in stream_events[table]:
                 positions[(e["source"]["commit_lsn"], e["transaction"]["total_order"])] += 1
                 windows_of_tx[e["transaction"]["id"]].add(e["window_id"])
                 per_tx_table[(e["transaction"]["id"], table)] += 1
-            with self.db.connect() as conn:
-                assert_same_state(replay(events, keys), source_rows(conn, table, keys))
+            assert_same_state(replay(events, keys), self.source.source_rows(table, keys))
         duplicated = [p for p, n in positions.items() if n > 1]
         assert not duplicated, f"change events written twice: {duplicated[:5]}"
         split = {tx: w for tx, w in windows_of_tx.items() if len(w) > 1}
@@ -241,8 +292,7 @@ class CrashCapture:
         assert (offset.window_seq, offset.lsn) == (last.seq, last.to_lsn), "the offset is not at the last window"
         if offset.snapshot_completed:  # a table joining later is found by this list, whatever crashed
             assert offset.extra.get("tables"), "the offset lost the list of snapshotted tables"
-        status = self.db.slot_status(self.slot)
-        assert status is not None and status.confirmed_flush_lsn == offset.lsn, "the slot is not acknowledged"
+        self.source.check_acknowledged(self, offset)
         return {
             "windows": len(entries),
             "transactions": len(ends),
@@ -253,3 +303,255 @@ class CrashCapture:
 def _rows(sink: str, prefix: str, topic: str) -> list[dict]:
     table = read_topic_arrow(sink, prefix, topic)
     return [] if table is None else table.to_pylist()
+
+
+# -- the crash procedures, for every source ----------------------------------------------------------
+
+
+class _Rounds:
+    """Round numbers, handed out once each (across threads and forked workloads)."""
+
+    def __init__(self) -> None:
+        self.last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self.last += 1
+            return self.last
+
+
+class Workload:
+    """The source's activity between (and during) runs; counts the transactions it commits. Round
+    numbers pick new keys, so they are unique per source database: a second workload on the same
+    database is a :meth:`fork` of the first."""
+
+    def __init__(self, source: CrashSource, rounds: _Rounds | None = None):
+        self.source = source
+        self.transactions = 0
+        self._rounds = rounds if rounds is not None else _Rounds()
+        self._lock = threading.Lock()
+
+    @property
+    def round(self) -> int:
+        """The last round number handed out (by this workload or the ones sharing its rounds)."""
+        return self._rounds.last
+
+    def fork(self) -> Workload:
+        """A workload on the same database, sharing the round numbers, that counts its own
+        transactions (those a capture snapshotted from now on will stream)."""
+        return Workload(self.source, self._rounds)
+
+    def mutate(self) -> None:
+        made = self.source.mutate(self._rounds.next())
+        with self._lock:
+            self.transactions += made
+
+    def in_background(self, rounds: int) -> threading.Thread:
+        def work():
+            for _ in range(rounds):
+                self.mutate()
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        return thread
+
+
+def fault(point: str, nth: int, action: str = "kill") -> str:
+    """``AIRFLOW_CDC_FAULT``'s value: ``action`` the ``nth`` time ``point`` is reached."""
+    return f"{point}:{action}:{nth}"
+
+
+def snapshot_crash(capture: CrashCapture, workload: Workload, crash: dict) -> dict:
+    """A new capture whose first snapshot is killed as ``crash`` says (``{"point", "nth"}`` or
+    ``{"kill_after"}``); then recovered and checked. Returns the outcome and ``verify``'s counts."""
+    capture.run("setup")
+    baseline = workload.transactions
+    if crash.get("kill_after") is not None:
+        result = capture.child("snapshot", kill_after=crash["kill_after"])
+        assert result.returncode in (-9, 0), result.describe()
+    else:
+        result = capture.child("snapshot", fault=fault(crash["point"], crash["nth"]))
+        assert result.killed, result.describe()
+    # Changes made before the next run are in its snapshot, or streamed if the snapshot landed.
+    landed = bool(committed_windows(str(capture.sink), capture.prefix))
+    workload.mutate()
+    if not landed:
+        baseline = workload.transactions
+    capture.run("snapshot")
+    workload.mutate()
+    capture.catch_up()
+    counts = capture.verify(transactions=workload.transactions - baseline)
+    return {"killed": result.killed, "elapsed": result.elapsed, **counts}
+
+
+@dataclass
+class StreamCycles:
+    """What :func:`stream_crashes` saw: outcomes, and the durations that calibrate random kills."""
+
+    outcomes: Counter
+    catch_up: float = 1.0  # seconds the last recovery (catch_up in this process) took
+    child: float = 0.0  # the longest a child ran (from ready) before a fault point killed it
+    counts: dict | None = None  # the last verify's counts
+    left: Counter = field(default_factory=Counter)  # what the random kills left (see left_behind)
+
+
+def stream_crash(
+    capture: CrashCapture,
+    workload: Workload,
+    *,
+    fault_spec: str | None = None,
+    kill_after: float | None = None,
+    writer_rounds: int = 0,
+    expected: Sequence[int] | None = None,
+    seen: StreamCycles | None = None,
+) -> ChildResult:
+    """One stream cycle: a round of writes, a window task killed by ``fault_spec`` or after
+    ``kill_after`` seconds while ``writer_rounds`` rounds are written concurrently, then recovery
+    (batch runs until everything committed is covered) and ``verify``. ``expected``: the child's
+    allowed exit codes (default: what the fault's action makes it, or killed/done for a kill)."""
+    seen = seen if seen is not None else StreamCycles(Counter())
+    stored = capture.stored_offset()
+    before = stored.window_seq if stored is not None else 0
+    workload.mutate()
+    writer = workload.in_background(writer_rounds) if writer_rounds else None
+    try:
+        if fault_spec is not None:
+            result = capture.child("batch", fault=fault_spec)
+            if expected is None:
+                expected = (1,) if fault_spec.split(":")[1] == "raise" else (KILLED,)
+        else:
+            result = capture.child("batch", kill_after=kill_after)
+            expected = expected or (KILLED, 0)
+    finally:
+        if writer is not None:
+            writer.join()
+    assert result.returncode in expected, result.describe()
+    if result.returncode == 1:
+        assert "fault injected at" in result.stderr, result.describe()
+    seen.outcomes[result.outcome] += 1
+    if result.killed and fault_spec is not None:
+        seen.child = max(seen.child, result.elapsed)
+    if kill_after is not None:
+        seen.left[left_behind(capture, before) if result.killed else "completed"] += 1
+    started = time.monotonic()
+    capture.catch_up()
+    seen.catch_up = max(0.3, time.monotonic() - started)
+    seen.counts = capture.verify(transactions=workload.transactions)
+    return result
+
+
+def left_behind(capture: CrashCapture, before: int) -> str:
+    """Where a killed window task died, by what it left (``before``: the offset's window then)."""
+    offset = capture.stored_offset()
+    entries = committed_windows(str(capture.sink), capture.prefix)
+    last = entries[-1].window.seq if entries else 0
+    if offset is not None and offset.pending is not None:
+        return "committed, offset pending" if last >= offset.pending.seq else "pending, nothing committed"
+    return "offset saved" if offset is not None and offset.window_seq > before else "nothing stored"
+
+
+def stream_crashes(
+    capture: CrashCapture,
+    workload: Workload,
+    cycles: Sequence[dict],
+    rng: random.Random,
+    *,
+    random_span: Callable[[StreamCycles], float] = lambda seen: seen.catch_up,
+    writer_rounds: int = 2,
+) -> StreamCycles:
+    """Stream cycles on ``capture`` (after its snapshot): ``{"fault": "<point:action:n>"}`` or
+    ``{"random": True}``, a kill ``rng.uniform(0, random_span(seen))`` seconds into the window task
+    (``{"random": True, "between": (a, b)}``: between those fractions of the span), with
+    ``writer_rounds`` rounds of writes committed meanwhile."""
+    seen = StreamCycles(Counter())
+    for cycle in cycles:
+        if cycle.get("random"):
+            low, high = cycle.get("between", (0.0, 1.0))
+            span = random_span(seen)
+            stream_crash(
+                capture,
+                workload,
+                kill_after=rng.uniform(low * span, high * span),
+                writer_rounds=writer_rounds,
+                seen=seen,
+            )
+        else:
+            stream_crash(capture, workload, fault_spec=cycle["fault"], seen=seen)
+    return seen
+
+
+def crash_sweep(
+    capture: CrashCapture,
+    workload: Workload,
+    new_capture: Callable[[str], CrashCapture],
+    *,
+    total: int,
+    rng: random.Random,
+    snapshot_faults: Sequence[tuple[str, int]],
+    stream_faults: Sequence[tuple[str, int]],
+    snapshot_kill_span: tuple[float, float] = (0.5, 6.0),
+    random_span: Callable[[StreamCycles], float] = lambda seen: seen.catch_up,
+) -> dict:
+    """``total`` crashes at random fault points, random occurrences, random moments: stream
+    windows of ``capture`` (snapshotted), and now and then a snapshot of a capture of its own
+    (``new_capture(prefix)``, forgotten on the source once verified). Returns the report."""
+    report: dict = {"crashes": total, "by_point": Counter(), "outcomes": Counter()}
+    seen = StreamCycles(report["outcomes"])
+    started_sweep = time.monotonic()
+    for i in range(total):
+        kind = rng.random()
+        if kind < 0.08:  # a snapshot crash, on a capture of its own
+            if rng.random() < 0.5:
+                point, nth = rng.choice(snapshot_faults)
+                crash, label = {"point": point, "nth": nth}, f"snapshot {point}:{nth}"
+            else:
+                crash, label = {"kill_after": rng.uniform(*snapshot_kill_span)}, "snapshot random"
+            own = new_capture(f"snap{i}")
+            outcome = snapshot_crash(own, workload, crash)
+            own.source.forget(own)
+            report["by_point"][label] += 1
+            report["outcomes"]["killed" if outcome["killed"] else "completed"] += 1
+            continue
+        writer_rounds = rng.randint(0, 3)
+        if kind < 0.55:
+            point, nth = rng.choice(stream_faults)
+            if point == "window.chunk_written":
+                nth = rng.randint(1, 6)
+            action = "raise" if rng.random() < 0.15 else "kill"
+            stream_crash(
+                capture,
+                workload,
+                fault_spec=fault(point, nth, action),
+                writer_rounds=writer_rounds,
+                expected=(KILLED, 0, 1),
+                seen=seen,
+            )
+            label = f"stream {point}:{nth} ({action})"
+        else:
+            stream_crash(
+                capture,
+                workload,
+                kill_after=rng.uniform(0.0, random_span(seen)),
+                writer_rounds=writer_rounds,
+                seen=seen,
+            )
+            label = "stream random"
+        report["by_point"][label] += 1
+    capture.catch_up()  # the snapshot crashes' writes
+    report["random_kills_left"] = seen.left
+    report.update(
+        capture.verify(transactions=workload.transactions), minutes=round((time.monotonic() - started_sweep) / 60, 1)
+    )
+    return report
+
+
+def sweep_settings() -> tuple[int, int]:
+    """``CDC_CRASH_SWEEP`` (how many crashes) and ``CDC_CRASH_SEED`` (default 1)."""
+    return int(os.environ["CDC_CRASH_SWEEP"]), int(os.environ.get("CDC_CRASH_SEED", "1"))
+
+
+def write_report(report: dict) -> None:
+    """To ``CDC_CRASH_REPORT`` when it is set."""
+    if os.environ.get("CDC_CRASH_REPORT"):
+        Path(os.environ["CDC_CRASH_REPORT"]).write_text(json.dumps(report, indent=2, sort_keys=True))

@@ -1,7 +1,9 @@
 """Child process of the crash-safety tests: runs one capture task, to be killed mid-way.
 
-``python -m tests.support.crash_driver '<json>'`` with ``{"step": "setup"|"snapshot"|"batch",
-"capture": {...PostgresCapture fields...}}``. Faults at named points come from
+``python -m tests.support.crash_driver '<json>'`` with ``{"source": "postgres"|"sqlserver",
+"step": "setup"|"snapshot"|"batch", "capture": {...the capture's fields...}}`` (``source``
+defaults to ``postgres``). The source's adapter (``tests/support/crash_sources.py``) builds the
+capture from the fields and names the step's operator. Faults at named points come from
 ``AIRFLOW_CDC_FAULT`` (see ``airflow_provider_cdc.cdc.faults``). The driver prints ``ready``
 once imports are done, so a parent that kills it at a random moment kills the task, not the
 interpreter's start-up.
@@ -17,20 +19,12 @@ import sys
 
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
-    from airflow_provider_cdc.capture import PostgresCapture
-    from airflow_provider_cdc.operators.postgres_cdc import (
-        PostgresCdcBatchOperator,
-        PostgresCdcSetupOperator,
-        PostgresCdcSnapshotOperator,
-    )
     from airflow_provider_cdc.version_compat import AirflowSkipException
+    from tests.support.crash_sources import SOURCES
 
-    operators = {
-        "setup": PostgresCdcSetupOperator,
-        "snapshot": PostgresCdcSnapshotOperator,
-        "batch": PostgresCdcBatchOperator,
-    }
-    operator = operators[config["step"]](task_id=config["step"], capture=PostgresCapture(**config["capture"]))
+    source = SOURCES[config.get("source", "postgres")]
+    source.child_setup()
+    operator = source.operator(config["step"])(task_id=config["step"], capture=source.build(config["capture"]))
     print("ready", flush=True)  # the parent may now kill this process at a random moment
     try:
         result = operator.execute({})

@@ -9,6 +9,8 @@ from .standin import SqlServerStandIn
 
 TABLES = ("dbo.customers", "dbo.orders")
 KEYS = {"dbo.customers": ["id"], "dbo.orders": ["id"]}
+#: The transactions one ``mutate`` round commits (each touches a captured table).
+TRANSACTIONS_PER_ROUND = 4
 
 SCHEMA = (
     "CREATE TABLE dbo.customers (id int NOT NULL PRIMARY KEY, name nvarchar(100) NOT NULL, "
@@ -45,7 +47,9 @@ def seed(standin: SqlServerStandIn, *, customers: int, orders_per_customer: int)
 
 
 def mutate(standin: SqlServerStandIn, round_no: int, *, seed_value: int = 0) -> dict[str, int]:
-    """Inserts, updates, deletes, a key change and a two-table transaction; returns op counts."""
+    """Inserts, updates, deletes, a key change and a two-table transaction (``TRANSACTIONS_PER_ROUND``
+    transactions); returns op counts. ``round_no`` must be unique per database (it picks the new keys);
+    rounds may run concurrently on separate connections."""
     rng = random.Random(round_no * 7919 + seed_value)
     counts = {"c": 0, "u": 0, "d": 0}
     base = 1000 * (round_no + 1)

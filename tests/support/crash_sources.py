@@ -1,0 +1,383 @@
+"""What the crash harness (``tests/support/crash.py``) needs to know about each source.
+
+The harness itself is source-neutral: it runs capture tasks in a child process that is killed,
+recovers in the test process, and checks the invariants on the sink's commit log and events. A
+:class:`CrashSource` adapter supplies the rest, for one source database:
+
+- ``build(fields)``: the capture from its JSON fields, in the child (``crash_driver``) and in the
+  test process alike, and ``operator(step)``: the task class of ``setup``/``snapshot``/``batch``
+  (``OPERATOR_NAMES``: PostgreSQL's named subclasses, SQL Server's the shared operators);
+- ``capture_fields(crash)``: the source's part of a capture's fields (connection, offset store);
+- ``child_setup()``: what the child process prepares before it builds the capture;
+  ``child_env(crash)``: environment the child gets on top of the test process's;
+  ``after_child(crash)``: what the server would do once the child is gone (end its sessions);
+- ``settle()`` / ``position()``: wait until the source's change capture has taken in everything
+  committed so far (SQL Server's capture job is asynchronous) / the position a stream window has
+  to reach to cover it;
+- ``source_rows(table, keys)``: the table's rows now (compared with the replayed events);
+- ``stored_offset(crash)``: the stored offset, read from the test process;
+- ``check_acknowledged(crash, offset)``: the source's side of "nothing pending" (PostgreSQL: the
+  slot is acknowledged at the offset; SQL Server has nothing to acknowledge: no session still holds
+  the capture lock, and the offset keeps the capture instances the next window checks);
+- ``check_events(table, events)``: checks of the event fields only this source has;
+- ``mutate(round_no)``: one round of the source's workload, returning the transactions it committed
+  (the concurrent writers run it from a thread);
+- ``forget(crash)``: drop what a finished capture left on the source (PostgreSQL: its slot).
+
+The child driver finds the adapter by ``NAME`` in :data:`SOURCES`; it imports only this module
+and the product, so the adapters import test-only helpers (the stand-in) lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.captures.base import Capture
+    from airflow_provider_cdc.cdc.offset import CaptureOffset
+    from airflow_provider_cdc.cdc.positions import Position
+    from tests.support.crash import CrashCapture
+    from tests.support.databases import CaptureDatabase
+    from tests.support.sqlserver import SqlServerStandIn
+
+
+class CrashSource(ABC):
+    """One source database as the crash harness sees it (see the module docstring)."""
+
+    NAME: ClassVar[str]
+    #: step name -> "module:Class" of the operator the step runs (imported where it runs).
+    OPERATOR_NAMES: ClassVar[dict[str, str]]
+
+    # -- in either process ----------------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def build(cls, fields: dict[str, Any]) -> Capture:
+        """The capture of ``fields`` (JSON: what ``capture_fields`` and the harness put there)."""
+
+    @classmethod
+    def operator(cls, step: str) -> type:
+        module, _, name = cls.OPERATOR_NAMES[step].partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @classmethod
+    def child_setup(cls) -> None:
+        """Prepare the child process before the capture is built (nothing by default)."""
+        return None
+
+    # -- in the test process --------------------------------------------------------------------
+
+    def child_env(self, crash: CrashCapture) -> dict[str, str]:
+        """Environment variables the child gets on top of this process's (none by default)."""
+        return {}
+
+    def after_child(self, crash: CrashCapture) -> None:
+        """Once the child exited (or was killed): what the source's server does when a client dies
+        (nothing by default: PostgreSQL ends the sessions of a closed connection by itself)."""
+        return None
+
+    @abstractmethod
+    def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
+        """The source's fields of ``crash``'s capture (JSON values only: they go to the child)."""
+
+    def settle(self) -> None:
+        """Wait until the source's change capture has everything committed so far (no-op where
+        changes are capturable at commit)."""
+        return None
+
+    @abstractmethod
+    def position(self) -> Position:
+        """After ``settle``: a stream window ending at or after this covers every commit so far."""
+
+    @abstractmethod
+    def source_rows(self, table: str, keys: list[str]) -> dict[tuple, dict]:
+        """The rows of ``table`` now, by key."""
+
+    def stored_offset(self, crash: CrashCapture) -> CaptureOffset | None:
+        from airflow_provider_cdc.offsets.base import load_offset
+
+        capture = crash.capture()
+        return load_offset(capture.store(), crash.prefix, capture.OFFSET_TYPE)
+
+    @abstractmethod
+    def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
+        """The source holds nothing behind ``offset`` (the last committed window's end)."""
+
+    def check_events(self, table: str, events: list[dict]) -> None:
+        """Checks of one table's committed events that only this source's fields allow."""
+        return None
+
+    @abstractmethod
+    def mutate(self, round_no: int) -> int:
+        """One round of writes (``round_no`` is unique per database); returns its transactions."""
+
+    def forget(self, crash: CrashCapture) -> None:
+        """Drop what ``crash``'s capture holds on the source, once it is verified."""
+        return None
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+class PostgresCrashSource(CrashSource):
+    """A test database with the shop schema; offsets in a state table; the capture's slot."""
+
+    NAME = "postgres"
+    OPERATOR_NAMES = {
+        "setup": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcBatchOperator",
+    }
+
+    def __init__(self, db: CaptureDatabase, conn_id: str, offset_table: str = "cdc_state.offsets"):
+        self.db = db
+        self.conn_id = conn_id
+        self.offset_table = offset_table
+
+    @classmethod
+    def build(cls, fields: dict[str, Any]) -> Capture:
+        from airflow_provider_cdc.capture import PostgresCapture
+
+        return PostgresCapture(**fields)
+
+    def slot(self, prefix: str) -> str:
+        return f"slot_{prefix}_{self.db.name}"[:63]
+
+    def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
+        return {
+            "postgres_conn_id": self.conn_id,
+            "slot_name": self.slot(crash.prefix),
+            "publication_name": f"pub_{crash.prefix}",
+            "offset_store": "state_table",
+            "offset_table": self.offset_table,
+        }
+
+    def position(self) -> Position:
+        return self.db.current_lsn()
+
+    def source_rows(self, table: str, keys: list[str]) -> dict[tuple, dict]:
+        from tests.support.oracle import source_rows
+
+        with self.db.connect() as conn:
+            return source_rows(conn, table, keys)
+
+    def stored_offset(self, crash: CrashCapture) -> CaptureOffset | None:
+        from airflow_provider_cdc.cdc.sources.postgres.offset import PostgresOffset
+
+        schema, table = self.offset_table.split(".")
+        with self.db.connect() as conn:
+            row = conn.execute(
+                f'SELECT document::text FROM "{schema}"."{table}" WHERE capture = %s', (crash.prefix,)
+            ).fetchone()
+        return None if row is None else PostgresOffset.from_json(row[0])
+
+    def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
+        status = self.db.slot_status(self.slot(crash.prefix))
+        assert status is not None and status.confirmed_flush_lsn == offset.lsn, "the slot is not acknowledged"
+
+    def check_events(self, table: str, events: list[dict]) -> None:
+        from tests.support.oracle import assert_source_blocks
+
+        assert_source_blocks(events)
+
+    def mutate(self, round_no: int) -> int:
+        from airflow_provider_cdc.testing import shop
+
+        with self.db.connect() as conn:
+            return shop.mutate(conn, round_no=round_no).transactions
+
+    def forget(self, crash: CrashCapture) -> None:
+        with self.db.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot(crash.prefix),))
+
+
+# -- SQL Server (the stand-in) -----------------------------------------------------------------
+
+
+class SqlServerCrashSource(CrashSource):
+    """The SQL Server stand-in (docs/sqlserver-standin.md) with ``workload``'s tables.
+
+    Offsets live in Airflow Variables (``VariableOffsetStore``, one key prefix per stand-in
+    database). The Task SDK's ``Variable`` writes only from inside a running task, and the crash
+    tasks run as bare ``operator.execute`` calls (in the child and in the test process), so
+    :func:`metadata_variables` points the store's ``Variable`` at Airflow's ``models.Variable``:
+    the same Variable rows in the metadata database, reached directly outside a task (and through
+    the Task SDK inside one, as before). The store's own code, revision check included, is unchanged.
+
+    The child's sessions carry an application name (psqlODBC's ``pqopt``, in the child's Airflow
+    connection), and :meth:`after_child` ends those still open: SQL Server ends the session of a
+    client whose connection closed, releasing its application lock (the capture lock), but the
+    stand-in's proxy does not pass a killed client's disconnect on to PostgreSQL, whose backend then
+    keeps the session and its lock (see ``_Session.run`` in ``tests/support/sqlserver/proxy.py``).
+    """
+
+    NAME = "sqlserver"
+    OPERATOR_NAMES = {
+        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
+    }
+    #: A harness-only field: the key prefix of the capture's Variable (not a capture field).
+    VARIABLE_PREFIX = "offset_variable_prefix"
+
+    def __init__(self, standin: SqlServerStandIn, conn_id: str):
+        self.standin = standin
+        self.conn_id = conn_id
+
+    @classmethod
+    def build(cls, fields: dict[str, Any]) -> Capture:
+        from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
+        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+        fields = dict(fields)
+        store = VariableOffsetStore(key_prefix=fields.pop(cls.VARIABLE_PREFIX))
+        return SqlServerCapture(**fields, offset_store=store)
+
+    @classmethod
+    def child_setup(cls) -> None:
+        _use_metadata_variables()
+
+    @staticmethod
+    def child_name(crash: CrashCapture) -> str:
+        """The application name of the child's sessions."""
+        return f"cdc_crash_child_{crash.prefix}"[:63]
+
+    def child_env(self, crash: CrashCapture) -> dict[str, str]:
+        from tests.support.sqlserver.fixtures import airflow_connection
+
+        connection = json.loads(airflow_connection(self.standin))
+        connection["extra"]["pqopt"] = f"application_name={self.child_name(crash)}"
+        return {f"AIRFLOW_CONN_{self.conn_id.upper()}": json.dumps(connection)}
+
+    def after_child(self, crash: CrashCapture, timeout: float = 30.0) -> None:
+        """End the child's sessions that are still open (see the class docstring) and wait until
+        they are gone."""
+        query = (
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s"
+        )
+        deadline = time.monotonic() + timeout
+        while self.standin.admin_query(query, (self.child_name(crash),)):
+            assert time.monotonic() < deadline, f"the sessions of {self.child_name(crash)} do not end"
+            time.sleep(0.05)
+
+    def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
+        return {
+            "sqlserver_conn_id": self.conn_id,
+            self.VARIABLE_PREFIX: f"cdc_offset_{self.standin.database}__",
+        }
+
+    def settle(self) -> None:
+        self.standin.wait_until_captured()
+
+    def position(self) -> Position:
+        from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+
+        newest = self.standin.wait_until_captured()
+        # Windows are [from, to) and end after the capture job's newest LSN.
+        return SqlServerLsn(0) if newest is None else SqlServerLsn(newest).next()
+
+    def source_rows(self, table: str, keys: list[str]) -> dict[tuple, dict]:
+        from tests.support.sqlserver import workload
+
+        assert workload.KEYS[table] == keys, f"{table}: keys {keys}, the workload's are {workload.KEYS[table]}"
+        return workload.source_rows(self.standin, table)
+
+    def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
+        """Nothing to acknowledge on SQL Server (the change rows stay until the cleanup job). What
+        a crash could leave instead: a session still holding the capture's application lock, or an
+        offset (rolled forward from the commit log) that forgot the capture instances whose
+        retention the next window checks."""
+        from airflow_provider_cdc.cdc.sources.sqlserver.admin import lock_resource
+        from tests.support.sqlserver import workload
+
+        instances = (offset.extra.get("source_state") or {}).get("instances")
+        expected = sorted(table.replace(".", "_") for table in crash.keys if table in workload.KEYS)
+        assert instances == expected, f"the offset keeps capture instances {instances}, expected {expected}"
+
+        held = self.lock_holders(lock_resource(crash.prefix))
+        assert not held, f"session(s) {held} still hold the capture lock of {crash.prefix!r}"
+
+    def lock_holders(self, resource: str) -> list[int]:
+        """The stand-in's sessions (PostgreSQL backends) holding the application lock ``resource``."""
+        rows = self.standin.admin_query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+            "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('applock:' || %s, 0)",
+            (resource,),
+        )
+        return [pid for (pid,) in rows]
+
+    def check_events(self, table: str, events: list[dict]) -> None:
+        """Every stream event once by its SQL Server position (commit LSN, change LSN, serial);
+        the events of one transaction share its commit LSN."""
+        stream = [e for e in events if e["op"] != "r"]
+        assert all(e["source"]["connector"] == "sqlserver" for e in events)
+        seen = Counter(
+            (e["source"]["commit_lsn"], e["source"]["change_lsn"], e["source"]["event_serial_no"]) for e in stream
+        )
+        twice = [p for p, n in seen.items() if n > 1]
+        assert not twice, f"{table}: change events written twice: {twice[:5]}"
+        commits: dict[str, set[str]] = {}
+        for e in stream:
+            commits.setdefault(e["transaction"]["id"], set()).add(e["source"]["commit_lsn"])
+        split = {tx: lsns for tx, lsns in commits.items() if len(lsns) > 1}
+        assert not split, f"{table}: a transaction's events name different commit LSNs: {split}"
+
+    def mutate(self, round_no: int) -> int:
+        from tests.support.sqlserver import workload
+
+        workload.mutate(self.standin, round_no)
+        return workload.TRANSACTIONS_PER_ROUND
+
+
+class _MetadataVariable:
+    """Airflow's ``models.Variable`` with the Task SDK ``Variable``'s signature (what the offset
+    store calls)."""
+
+    @staticmethod
+    def get(key: str, default: Any = None) -> Any:
+        from airflow.models import Variable
+
+        return Variable.get(key, default_var=default)
+
+    @staticmethod
+    def set(key: str, value: Any, description: str | None = None) -> None:
+        from airflow.models import Variable
+
+        Variable.set(key, value, description=description)
+
+    @staticmethod
+    def delete(key: str) -> None:
+        from airflow.models import Variable
+
+        Variable.delete(key)
+
+
+def _use_metadata_variables() -> None:
+    """For the rest of this process (the child's): see :class:`SqlServerCrashSource`."""
+    from airflow_provider_cdc.offsets import variable
+
+    variable.Variable = _MetadataVariable  # type: ignore[assignment]
+
+
+@contextmanager
+def metadata_variables() -> Iterator[None]:
+    """For the block (the test process's): see :class:`SqlServerCrashSource`."""
+    from airflow_provider_cdc.offsets import variable
+
+    saved = variable.Variable
+    variable.Variable = _MetadataVariable  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        variable.Variable = saved
+
+
+SOURCES: dict[str, type[CrashSource]] = {s.NAME: s for s in (PostgresCrashSource, SqlServerCrashSource)}
