@@ -33,6 +33,20 @@ TRUNCATE_FIELD = "truncate"
 EXTENSION_FIELDS = (OLD_KEY_FIELD, NEW_KEY_FIELD, UNCHANGED_FIELD, TRUNCATE_FIELD)
 RESERVED_NAMES = frozenset(ENVELOPE_FIELDS) | {WINDOW_ID_FIELD, "ts_us", "ts_ns", "message", *EXTENSION_FIELDS}
 
+#: The fields every connector's ``source`` block starts with (Debezium's common source fields);
+#: each source appends its own (PostgreSQL: txId, lsn, ...; SQL Server: change_lsn, commit_lsn, ...).
+SOURCE_COMMON_FIELDS = (
+    pa.field("version", pa.string()),
+    pa.field("connector", pa.string()),
+    pa.field("name", pa.string()),
+    pa.field("ts_ms", pa.int64()),
+    pa.field("snapshot", pa.string()),
+    pa.field("db", pa.string()),
+    pa.field("sequence", pa.string()),
+    pa.field("schema", pa.string()),
+    pa.field("table", pa.string()),
+)
+
 TRANSACTION_BLOCK = pa.struct(
     [
         pa.field("id", pa.string()),

@@ -78,3 +78,28 @@ def recorded_run(spec: Any) -> dict[str, Any]:
         **({"run": spec.run} if spec.run else {}),
         **({"offset": spec.checkpoint} if spec.checkpoint else {}),
     }
+
+
+def run_window(
+    spec: Any,
+    spark_provider: Callable[[], Any] | None,
+    *,
+    snapshot: Callable[[Any, Callable[[], Any]], Any],
+    stream: Callable[[Any, Callable[[], Any]], Any],
+) -> Any:
+    """Run a source's snapshot or stream job for ``spec`` (a Spark session made on first use unless
+    given) and log what it committed; returns the commit-log entry."""
+    from airflow_provider_cdc.cdc.naming import side_topics
+
+    provider = spark_provider if spark_provider is not None else lazy_session(spec.spark)
+    started = time.monotonic()
+    entry = (snapshot if spec.window.kind == "snapshot" else stream)(spec, provider)
+    log.info(
+        "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
+        entry.window.describe(),
+        sum(d.events for d in entry.datasets if d.topic not in side_topics(spec.topic_prefix)),
+        len(entry.datasets),
+        entry.transactions,
+        time.monotonic() - started,
+    )
+    return entry

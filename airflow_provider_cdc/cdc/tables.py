@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, UnknownTableError
 
@@ -170,3 +171,11 @@ def select_tables(
             f"expressions that must match a whole 'schema.table' name (e.g. '{example}')"
         )
     return tuple(sorted(refs))
+
+
+def find_column(columns: Sequence[Any], name: str) -> Any:
+    """The column called ``name`` among a table's columns (anything with a ``name``)."""
+    for column in columns:
+        if column.name == name:
+            return column
+    raise KeyError(name)

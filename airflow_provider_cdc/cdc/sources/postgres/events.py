@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.column_plan import ColumnPlan
 from airflow_provider_cdc.cdc.envelope import (
+    SOURCE_COMMON_FIELDS,
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
     UNCHANGED_LIST,
@@ -48,15 +49,7 @@ CONNECTOR = "postgresql"
 
 SOURCE_BLOCK = pa.struct(
     [
-        pa.field("version", pa.string()),
-        pa.field("connector", pa.string()),
-        pa.field("name", pa.string()),
-        pa.field("ts_ms", pa.int64()),
-        pa.field("snapshot", pa.string()),
-        pa.field("db", pa.string()),
-        pa.field("sequence", pa.string()),
-        pa.field("schema", pa.string()),
-        pa.field("table", pa.string()),
+        *SOURCE_COMMON_FIELDS,
         pa.field("txId", pa.int64()),
         pa.field("lsn", pa.int64()),
         pa.field("xmin", pa.int64()),

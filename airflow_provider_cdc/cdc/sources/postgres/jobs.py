@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
-from airflow_provider_cdc.cdc.jobs import lazy_session, recorded_run
-from airflow_provider_cdc.cdc.naming import Topic, side_topics
+from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
+from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
@@ -51,20 +51,7 @@ SparkProvider = Callable[[], Any]
 
 def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
     """Run the window of ``spec`` and return its commit-log entry."""
-    if spark_provider is None:
-        spark_provider = lazy_session(spec.spark)
-    started = time.monotonic()
-    run = _run_snapshot if spec.window.kind == "snapshot" else _run_stream
-    entry = run(spec, spark_provider)
-    log.info(
-        "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
-        entry.window.describe(),
-        sum(d.events for d in entry.datasets if d.topic not in side_topics(spec.topic_prefix)),
-        len(entry.datasets),
-        entry.transactions,
-        time.monotonic() - started,
-    )
-    return entry
+    return run_window(spec, spark_provider, snapshot=_run_snapshot, stream=_run_stream)
 
 
 def _topics(spec: PostgresJobSpec, tables: Any) -> list[Topic]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType
-from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
+from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef, find_column
 
 __all__ = ["Column", "TableInfo", "TableRef", "pg_identifier", "quote_ident"]
 
@@ -38,10 +38,7 @@ class TableInfo:
     has_primary_key: bool
 
     def column(self, name: str) -> Column:
-        for column in self.columns:
-            if column.name == name:
-                return column
-        raise KeyError(name)
+        return find_column(self.columns, name)
 
     def to_json(self) -> dict[str, Any]:
         return {

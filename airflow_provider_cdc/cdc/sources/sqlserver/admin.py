@@ -22,7 +22,7 @@ from airflow_provider_cdc.cdc.errors import (
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_message, error_number
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef, select_tables
+from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef, find_column, select_tables
 
 #: ``sys.databases.snapshot_isolation_state``: 1 = ON (0 OFF, 2 turning off, 3 turning on).
 SNAPSHOT_ISOLATION_ON = 1
@@ -96,10 +96,7 @@ class TableInfo:
     instances: tuple[CaptureInstance, ...]
 
     def column(self, name: str) -> SqlColumn:
-        for column in self.columns:
-            if column.name == name:
-                return column
-        raise KeyError(name)
+        return find_column(self.columns, name)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -17,7 +17,13 @@ import pyarrow as pa
 
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.column_plan import ColumnPlan
-from airflow_provider_cdc.cdc.envelope import TRANSACTION_BLOCK, TRUNCATE_FLAGS, UNCHANGED_LIST, Op
+from airflow_provider_cdc.cdc.envelope import (
+    SOURCE_COMMON_FIELDS,
+    TRANSACTION_BLOCK,
+    TRUNCATE_FLAGS,
+    UNCHANGED_LIST,
+    Op,
+)
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.types import Codec, codec_for, text_codec
@@ -27,15 +33,7 @@ CONNECTOR = "sqlserver"
 
 SOURCE_BLOCK = pa.struct(
     [
-        pa.field("version", pa.string()),
-        pa.field("connector", pa.string()),
-        pa.field("name", pa.string()),
-        pa.field("ts_ms", pa.int64()),
-        pa.field("snapshot", pa.string()),
-        pa.field("db", pa.string()),
-        pa.field("sequence", pa.string()),
-        pa.field("schema", pa.string()),
-        pa.field("table", pa.string()),
+        *SOURCE_COMMON_FIELDS,
         pa.field("change_lsn", pa.string()),
         pa.field("commit_lsn", pa.string()),
         pa.field("event_serial_no", pa.int64()),

@@ -12,8 +12,8 @@ from typing import Any
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext
-from airflow_provider_cdc.cdc.jobs import lazy_session, recorded_run
-from airflow_provider_cdc.cdc.naming import Topic, side_topics
+from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
+from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
@@ -38,20 +38,8 @@ SparkProvider = Callable[[], Any]
 
 def run_job(spec: SqlServerJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
     """Run the window of ``spec`` and return its commit-log entry."""
-    if spark_provider is None:
-        spark_provider = lazy_session(spec.spark)
-    started = time.monotonic()
     spec = _with_password(spec)
-    entry = (_run_snapshot if spec.window.kind == "snapshot" else _run_stream)(spec, spark_provider)
-    log.info(
-        "committed %s: %d events in %d dataset(s), %d transactions, %.1fs",
-        entry.window.describe(),
-        sum(d.events for d in entry.datasets if d.topic not in side_topics(spec.topic_prefix)),
-        len(entry.datasets),
-        entry.transactions,
-        time.monotonic() - started,
-    )
-    return entry
+    return run_window(spec, spark_provider, snapshot=_run_snapshot, stream=_run_stream)
 
 
 def _with_password(spec: SqlServerJobSpec) -> SqlServerJobSpec:
