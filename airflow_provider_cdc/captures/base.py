@@ -54,6 +54,7 @@ class Capture(ABC):
     OFFSET_TYPE: ClassVar[type[CaptureOffset]]
     NAMES: ClassVar[NameRules]
     SOURCE_NAME: ClassVar[str]  # for messages: "PostgreSQL", "SQL Server"
+    DEFAULT_WATERMARKS: ClassVar[str] = "message"  # the source's incremental_watermarks default
 
     tables: Sequence[str | TableRef] = ()
     topic_prefix: str = ""
@@ -135,7 +136,7 @@ class Capture(ABC):
                 TableRef.coerce(self.signal_table, self.NAMES)
             except CdcConfigurationError as exc:
                 raise CdcConfigurationError(f"signal_table {self.signal_table!r} is invalid: {exc}") from None
-        validate_watermarks(self.incremental_watermarks, self.signal_table_ref)
+        validate_watermarks(self.incremental_watermarks, self.signal_table_ref, default=self.DEFAULT_WATERMARKS)
         if self.new_table_snapshot not in NEW_TABLE_SNAPSHOT:
             raise CdcConfigurationError(
                 f"new_table_snapshot {self.new_table_snapshot!r} is not one of {', '.join(NEW_TABLE_SNAPSHOT)}"
@@ -232,6 +233,10 @@ class Capture(ABC):
     def table_refs(self) -> tuple[TableRef, ...]:
         """The explicitly listed tables (empty when the capture uses table_include_list)."""
         return tuple(self.tables)  # type: ignore[arg-type]
+
+    def incremental_unavailable(self) -> str | None:
+        """Why this capture cannot run incremental snapshots as configured (None: it can)."""
+        return None
 
     @property
     def signal_table_ref(self) -> TableRef | None:

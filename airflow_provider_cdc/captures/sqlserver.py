@@ -32,11 +32,7 @@ from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
-from airflow_provider_cdc.cdc.sources.sqlserver.spec import (
-    DATA_QUERY_MODES,
-    SNAPSHOT_ISOLATION_MODES,
-    SqlServerJobSpec,
-)
+from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
 from airflow_provider_cdc.cdc.window import Window, window_id_for
 from airflow_provider_cdc.offsets.base import peek_offset
@@ -54,6 +50,7 @@ class SqlServerCapture(Capture):
     OFFSET_TYPE: ClassVar[type[CaptureOffset]] = SqlServerOffset
     NAMES = SQLSERVER_NAMES
     SOURCE_NAME = "SQL Server"
+    DEFAULT_WATERMARKS: ClassVar[str] = "insert_insert"
 
     sqlserver_conn_id: str
     # The ODBC driver (default: the connection's "driver" extra, else "ODBC Driver 18 for SQL Server").
@@ -65,7 +62,11 @@ class SqlServerCapture(Capture):
     snapshot_isolation_mode: str = "snapshot"
     # The zone of the server's clock: cdc.lsn_time_mapping keeps local times (source.ts_ms).
     server_time_zone: str = "UTC"
-    # Tables that join after the snapshot: incremental snapshots are not available on SQL Server yet.
+    # Incremental snapshots need the signal table (CDC-enabled): their watermarks are rows in it.
+    incremental_watermarks: str = field(default="insert_insert", kw_only=True)
+    # How long a window's job waits for the capture job to capture its chunks' watermark rows.
+    incremental_watermark_wait_seconds: float = 120.0
+    # Tables that join after the snapshot: "incremental" (needs signal_table) or "fail".
     new_table_snapshot: str = field(default="fail", kw_only=True)
 
     def validate_source(self) -> None:
@@ -82,14 +83,11 @@ class SqlServerCapture(Capture):
                 "registered under (odbcinst.ini), e.g. 'ODBC Driver 18 for SQL Server', without braces, or None for "
                 "the connection's 'driver' extra"
             )
-        if self.data_query_mode not in DATA_QUERY_MODES:
+        validate_sqlserver_modes(self.data_query_mode, self.snapshot_isolation_mode, self.incremental_watermarks)
+        wait = self.incremental_watermark_wait_seconds
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 1 <= wait <= 3600:
             raise CdcConfigurationError(
-                f"data_query_mode {self.data_query_mode!r} is not one of {', '.join(DATA_QUERY_MODES)}"
-            )
-        if self.snapshot_isolation_mode not in SNAPSHOT_ISOLATION_MODES:
-            raise CdcConfigurationError(
-                f"snapshot_isolation_mode {self.snapshot_isolation_mode!r} is not one of "
-                f"{', '.join(SNAPSHOT_ISOLATION_MODES)}"
+                f"incremental_watermark_wait_seconds must be a number of seconds from 1 to 3600, got {wait!r}"
             )
         try:
             ZoneInfo(self.server_time_zone)
@@ -102,16 +100,20 @@ class SqlServerCapture(Capture):
                 "offset_store='state_table' keeps offsets in a PostgreSQL table; a SQL Server capture uses "
                 "'variable' (an Airflow Variable) or an OffsetStore instance"
             )
-        if self.signal_table is not None:
+        if self.new_table_snapshot == "incremental" and self.signal_table is None:
             raise CdcConfigurationError(
-                "signal_table: incremental snapshots are not available for SQL Server captures yet; re-snapshot "
-                "with snapshot_mode='always' for one run instead"
+                "new_table_snapshot='incremental' needs signal_table on SQL Server: the incremental snapshot's "
+                "watermarks are rows written into it (a CDC-enabled table with columns id, type, data); set "
+                "signal_table, or new_table_snapshot='fail'"
             )
-        if self.new_table_snapshot != "fail":
-            raise CdcConfigurationError(
-                "new_table_snapshot must be 'fail' for a SQL Server capture (incremental snapshots of a table that "
-                "joins later are not available yet)"
+
+    def incremental_unavailable(self) -> str | None:
+        if self.signal_table is None:
+            return (
+                "incremental snapshots on SQL Server need signal_table: their watermarks are rows written into it "
+                "(a CDC-enabled table with columns id, type, data, as Debezium's signal.data.collection)"
             )
+        return None
 
     @property
     def conn_id(self) -> str:
@@ -213,6 +215,12 @@ class SqlServerCapture(Capture):
                 heading="missing permissions",
             )
             problems.add(admin.check_agent(conn), heading="the capture job is not running")
+            signal = self.signal_table_ref
+            if signal is not None:
+                described, signal_problems = admin.describe_tables(conn, [signal], cdc_enabled=server.cdc_enabled)
+                if signal in described:
+                    signal_problems = admin.check_signal_table(conn, described[signal], self.incremental_watermarks)
+                problems.add(signal_problems, heading="the signal table cannot be used")
             with problems.check():
                 stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
                 if stored is not None:
@@ -290,8 +298,11 @@ def changes_lost(
     loses nothing."""
     if offset is None or offset.lsn is None:
         return None
+    starts = _known_starts(offset)
     for ref in tables:
         held = {name: oldest for name, oldest in status.instances.get(ref, {}).items() if oldest is not None}
+        if any(starts.get(name) == str(oldest) for name, oldest in held.items()):
+            continue  # an instance the capture knew is where it started: nothing purged since
         if not held:
             return (
                 "instance_missing",
@@ -436,10 +447,15 @@ class SqlServerRun(SourceRun):
             spark=capture.spark_options(),
             events=capture.event_settings(),
             gap=gap,
+            incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
+            signal_table=capture.signal_table_ref,
+            incremental_watermarks=capture.incremental_watermarks,
+            incremental_watermark_wait_seconds=float(capture.incremental_watermark_wait_seconds),
             data_query_mode=capture.data_query_mode,
             snapshot_isolation_mode=capture.snapshot_isolation_mode,
             server_time_zone=capture.server_time_zone,
             known_instances=tuple(_known_instances(offset)) if window.kind == "stream" else (),
+            known_starts=_known_starts(offset) if window.kind == "stream" else {},
             run=run,
             checkpoint=checkpoint,
         )
@@ -451,6 +467,13 @@ def _snapshotted(offset: CaptureOffset | None, tables: Sequence[TableRef]) -> li
         return []
     covered = offset.extra.get("tables")
     return list(tables) if covered is None else [r for r in tables if r.to_json() in covered]
+
+
+def _known_starts(offset: CaptureOffset | None) -> dict[str, str]:
+    """Each known instance's start_lsn when a window first saw it."""
+    if offset is None:
+        return {}
+    return dict((offset.extra.get("source_state") or {}).get("starts") or {})
 
 
 def _known_instances(offset: CaptureOffset | None) -> list[str]:

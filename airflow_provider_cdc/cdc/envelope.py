@@ -156,6 +156,22 @@ class EventLayout:
         mask = pa.array([not p for p in present])
         return pa.StructArray.from_arrays(list(children), fields=list(self.key_type), mask=mask)
 
+    def query_events(
+        self, after: pa.Array, source: dict, *, ts_ms: int, window_id: str, op: pa.Array | None = None
+    ) -> pa.RecordBatch:
+        """Events of rows read by a query (snapshots, incremental chunks): no before image, one
+        ``source`` for all, ``op = r`` unless given."""
+        length = len(after)
+        return self.assemble(
+            before=pa.nulls(length, self.value_type),
+            after=after,
+            source=pa.repeat(pa.scalar(source, self.source_type), length),
+            op=op if op is not None else pa.repeat(pa.scalar(Op.READ), length),
+            ts_ms=ts_ms,
+            transaction=None,
+            window_id=window_id,
+        )
+
     def assemble(
         self,
         *,

@@ -348,5 +348,15 @@ def _conditions(signal: Signal, conditions: Any, tables: list[TableRef]) -> dict
     return out
 
 
+def signal_columns_problem(names: Sequence[str], table: str, example: str) -> str | None:
+    """Debezium's signal table starts with the columns ``id``, ``type``, ``data``; ``example``: its DDL."""
+    if list(names[:3]) == ["id", "type", "data"]:
+        return None
+    return (
+        f"signal table {table} must start with the columns id, type, data (it has {', '.join(names) or 'none'}); "
+        f"e.g. {example}"
+    )
+
+
 def remember_applied(state: IncrementalState, signal_id: str) -> IncrementalState:
     return replace(state, applied_signals=(*state.applied_signals, signal_id)[-_APPLIED_SIGNALS_KEPT:])

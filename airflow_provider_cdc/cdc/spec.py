@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.incremental import WATERMARK_MODES
+from airflow_provider_cdc.cdc.event_settings import EventSettings
+from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.incremental import WATERMARK_MODES, IncrementalState
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.window import Window
 
 SPEC_FORMAT = 1
 
@@ -65,13 +68,88 @@ class SparkOptions:
         return cls(master=data.get("master", "local[*]"), conf=dict(data.get("conf") or {}))
 
 
-def validate_watermarks(mode: str, signal_table: TableRef | None) -> None:
+def validate_watermarks(mode: str, signal_table: TableRef | None, *, default: str = "message") -> None:
+    """``default``: the source's own default, which needs no signal table until one is used (on
+    SQL Server, where every watermark is a signal-table row, incremental snapshots need one anyway)."""
     if mode not in WATERMARK_MODES:
         raise CdcConfigurationError(f"incremental_watermarks {mode!r} is not one of {', '.join(WATERMARK_MODES)}")
-    if mode != "message" and signal_table is None:
+    if mode not in ("message", default) and signal_table is None:
         raise CdcConfigurationError(
             f"incremental_watermarks={mode!r} writes watermark rows into the signal table: set signal_table"
         )
+
+
+#: The fields every source's window job spec has (see :func:`common_to_dict`).
+COMMON_FIELDS = (
+    "topic_prefix",
+    "tables",
+    "window",
+    "sink_path",
+    "options",
+    "spark",
+    "events",
+    "gap",
+    "incremental",
+    "signal_table",
+    "incremental_watermarks",
+    "run",
+    "checkpoint",
+)
+
+
+def common_to_dict(spec: Any) -> dict[str, Any]:
+    """The JSON of the fields every window job spec has, with the format header."""
+    return {
+        "format": SPEC_FORMAT,
+        "connector": spec.connector,
+        "topic_prefix": spec.topic_prefix,
+        "tables": [t.to_json() for t in spec.tables],
+        "window": spec.window.to_dict(),
+        "sink_path": spec.sink_path,
+        "options": spec.options.to_dict(),
+        "spark": spec.spark.to_dict(),
+        "events": spec.events.to_dict(),
+        "gap": None if spec.gap is None else spec.gap.to_dict(),
+        "incremental": None if spec.incremental is None else spec.incremental.to_dict(),
+        "signal_table": None if spec.signal_table is None else spec.signal_table.to_json(),
+        "incremental_watermarks": spec.incremental_watermarks,
+        "run": spec.run,
+        "checkpoint": spec.checkpoint,
+    }
+
+
+def common_from_json(
+    text: str, connector: str, source: str, default_watermarks: str = "message"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the parsed JSON, the common fields' values)`` of a window job spec of ``connector``."""
+    data = json.loads(text)
+    if data.get("format") != SPEC_FORMAT or data.get("connector") != connector:
+        raise CdcConfigurationError(
+            f"not a {source} job spec of format {SPEC_FORMAT}: format={data.get('format')!r}, "
+            f"connector={data.get('connector')!r}"
+        )
+    return data, {
+        "topic_prefix": data["topic_prefix"],
+        "tables": tuple(TableRef(*t) for t in data["tables"]),
+        "window": Window.from_dict(data["window"]),
+        "sink_path": data["sink_path"],
+        "options": CaptureOptions.from_dict(data.get("options") or {}),
+        "spark": SparkOptions.from_dict(data.get("spark") or {}),
+        "events": EventSettings.from_dict(data.get("events") or {}),
+        "gap": CaptureGap.from_dict(data["gap"]) if data.get("gap") else None,
+        "incremental": IncrementalState.from_dict(data["incremental"]) if data.get("incremental") else None,
+        "signal_table": TableRef(*data["signal_table"]) if data.get("signal_table") else None,
+        "incremental_watermarks": data.get("incremental_watermarks", default_watermarks),
+        "run": data.get("run"),
+        "checkpoint": data.get("checkpoint"),
+    }
+
+
+def check_common(spec: Any) -> None:
+    validate_topic_prefix(spec.topic_prefix)
+    if not spec.tables:
+        raise CdcConfigurationError("no tables to capture")
+    validate_watermarks(spec.incremental_watermarks, spec.signal_table, default=spec.default_watermarks)
 
 
 @dataclass(frozen=True)

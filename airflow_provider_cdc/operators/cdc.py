@@ -359,6 +359,8 @@ class CdcBatchOperator(_WindowOperator):
             _check_covers_staged_chunks(plan.window, state.offset)
             # Signals and new tables are checked here too, before anything is written.
             incremental, known_tables, applied = _incremental_update(state.offset, signals, new_tables, state.tables)
+            if incremental is not None and incremental.active and capture.incremental_unavailable():
+                raise CdcConfigurationError(f"{capture.incremental_unavailable()}; nothing was written")
             retrying = state.offset is not None and plan.window == state.offset.pending
             if capture.heartbeat_action_query and not retrying:
                 source.heartbeat(capture.heartbeat_action_query)

@@ -63,6 +63,9 @@ EXTRA_SCHEMA = (
     "CREATE TABLE dbo.uncaptured (id int NOT NULL PRIMARY KEY, v nvarchar(10) NULL)",
     "CREATE TABLE dbo.audit (id int NOT NULL PRIMARY KEY, what nvarchar(50) NULL)",
     "CREATE TABLE dbo.x (id int NOT NULL PRIMARY KEY)",  # the target of the hostile name's DROP TABLE
+    # A signal table with Debezium's columns under other names (CDC-enabled).
+    "CREATE TABLE dbo.bad_signal (id varchar(42) NOT NULL PRIMARY KEY, kind varchar(32) NULL, "
+    "payload varchar(2048) NULL)",
     "CREATE VIEW dbo.customer_view AS SELECT id, name FROM dbo.customers",
     f"CREATE SCHEMA [{HOSTILE_SCHEMA}]",
     f"CREATE TABLE {HOSTILE} ([id] int NOT NULL PRIMARY KEY, [v] nvarchar(10) NULL)",
@@ -219,7 +222,7 @@ def src(clusters, airflow_db, tmp_path_factory) -> Iterator[Source]:
             standin.execute_tsql(statement)
         standin.enable_db()
         standin.set_snapshot_isolation(True)
-        for table in (*workload.TABLES, "dbo.keyless", "dbo.audit", "dbo.shrunk"):
+        for table in (*workload.TABLES, "dbo.keyless", "dbo.audit", "dbo.shrunk", "dbo.bad_signal"):
             standin.enable_table(*table.split("."))
         # A column dropped after CDC was enabled: its capture instance still has it. (The stand-in does not
         # translate ALTER TABLE ... DROP COLUMN: dropped on the PostgreSQL side, as the DBA's T-SQL would.)
@@ -289,14 +292,9 @@ with DAG({dag_id!r}, schedule=None):
             id="state-table-offset-store",
         ),
         pytest.param(
-            {"signal_table": "dbo.cdc_signals"},
-            ["incremental snapshots are not available for SQL Server captures yet", "snapshot_mode='always'"],
-            id="signal-table",
-        ),
-        pytest.param(
-            {"new_table_snapshot": "incremental"},
-            ["new_table_snapshot must be 'fail' for a SQL Server capture"],
-            id="incremental-new-tables",
+            {"signal_table": "shop.dbo.cdc_signal"},
+            ["signal_table 'shop.dbo.cdc_signal' is invalid: table name 'shop.dbo.cdc_signal' has 3 parts"],
+            id="signal-table-three-parts",
         ),
         pytest.param(
             {"sqlserver_conn_id": ""},
@@ -329,6 +327,21 @@ with DAG({dag_id!r}, schedule=None):
             id="unsupported-snapshot-mode",
         ),
         pytest.param({"binary_handling_mode": "base32"}, ["binary handling mode 'base32'"], id="handling-mode-binary"),
+        pytest.param(
+            {"new_table_snapshot": "incremental"},
+            ["new_table_snapshot='incremental' needs signal_table on SQL Server", "or new_table_snapshot='fail'"],
+            id="incremental-new-tables-without-signal-table",
+        ),
+        pytest.param(
+            {"signal_table": "dbo.cdc_signal", "incremental_watermarks": "message"},
+            ["incremental_watermarks 'message' is not available on SQL Server", "insert_insert, insert_delete"],
+            id="message-watermarks",
+        ),
+        pytest.param(
+            {"signal_table": "dbo.cdc_signal", "incremental_watermark_wait_seconds": 0},
+            ["incremental_watermark_wait_seconds must be a number of seconds from 1 to 3600, got 0"],
+            id="watermark-wait-zero",
+        ),
         pytest.param(
             {"column_masks": {"column.mask.with.4.chars": "dbo.customers.(name"}},
             ["column pattern 'dbo.customers.(name' is not a valid regular expression"],
@@ -457,6 +470,20 @@ SETUP_CASES = {
             "(229). Run: GRANT SELECT ON SCHEMA::[cdc] TO [ss_bi_noselect];",
         ),
         conn="noselect",
+    ),
+    "signal-table-not-cdc-enabled": SetupCase(
+        (
+            "the signal table cannot be used:",
+            "table [dbo].[uncaptured] has no capture instance: CDC is not enabled on it",
+        ),
+        {"signal_table": "dbo.uncaptured"},
+    ),
+    "signal-table-columns": SetupCase(
+        (
+            "the signal table cannot be used:",
+            "signal table [dbo].[bad_signal] must start with the columns id, type, data (it has id, kind, payload)",
+        ),
+        {"signal_table": "dbo.bad_signal"},
     ),
     "agent-stopped": SetupCase(
         (

@@ -22,6 +22,7 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     UnknownTableError,
 )
+from airflow_provider_cdc.cdc.incremental import signal_columns_problem
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.postgres.tables import (
     REPLICA_IDENTITY_NAMES,
@@ -295,14 +296,9 @@ def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
 def check_signal_table(conn, table: TableInfo, watermarks: str) -> list[str]:
     """Debezium's signal table: columns ``id``, ``type``, ``data`` (in that order), readable, and
     writable when the incremental snapshot writes its watermark rows into it."""
-    names = [c.name for c in table.columns]
-    problems = []
-    if names[:3] != ["id", "type", "data"]:
-        problems.append(
-            f"signal table {table.ref} must start with the columns id, type, data (it has "
-            f"{', '.join(names) or 'none'}); e.g. CREATE TABLE {table.ref} (id varchar(64) PRIMARY KEY, "
-            "type varchar(32) NOT NULL, data varchar(2048))"
-        )
+    example = f"CREATE TABLE {table.ref} (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+    problem = signal_columns_problem([c.name for c in table.columns], str(table.ref), example)
+    problems = [problem] if problem else []
     role = sql_ident(conn.execute("SELECT current_user").fetchone()[0])
     needed = {"message": ["SELECT"], "insert_insert": ["SELECT", "INSERT"]}.get(
         watermarks, ["SELECT", "INSERT", "DELETE"]

@@ -199,15 +199,8 @@ def read_events(
     layout: EventLayout, after: pa.Array, source: dict, context: EventContext, op: pa.Array | None = None
 ) -> pa.RecordBatch:
     """Events of rows read by a query: no before image, one ``source``, ``op = r`` unless given."""
-    length = len(after)
-    return layout.assemble(
-        before=pa.nulls(length, layout.value_type),
-        after=after,
-        source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), length),
-        op=op if op is not None else pa.repeat(pa.scalar(Op.READ), length),
-        ts_ms=read_event_ts_ms(context, source),
-        transaction=None,
-        window_id=context.window_id,
+    return layout.query_events(
+        after, source, ts_ms=read_event_ts_ms(context, source), window_id=context.window_id, op=op
     )
 
 

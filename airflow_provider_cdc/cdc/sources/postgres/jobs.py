@@ -19,17 +19,18 @@ import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.incremental_run import drop_emitted_chunks
 from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.postgres import admin
-from airflow_provider_cdc.cdc.sources.postgres.chunks import CHUNK_ID_FIELD, staged_topic
+from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkReader, Watermarks, emit_chunk
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.incremental import XidSnapshot
-from airflow_provider_cdc.cdc.sources.postgres.incremental_run import IncrementalRun
+from airflow_provider_cdc.cdc.sources.postgres.incremental_run import incremental_run
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import (
     BlockRange,
@@ -85,7 +86,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             spec.slot_name,
             window.to_lsn - window.from_lsn,
         )
-        incremental = IncrementalRun(spec, tables, baseline)
+        incremental = incremental_run(spec, tables, baseline)
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
         writer = sink.open_window(window, [*_topics(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
@@ -118,13 +119,14 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
                     collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
             stats = collector.finish()
             faults.point("window.read_done")
-            incremental_stats = incremental.finish(
-                catalog,
-                context,
-                write=writer.write_batches,
-                stage=lambda ref, batch: _stage(writer, staged_topic(spec.topic_prefix, ref), batch),
-                read_dataset=functools.partial(_read_dataset, sink),
+            incremental_stats = incremental.finish_window(
+                PgChunkReader(catalog, Watermarks(spec.incremental_watermarks, spec.signal_table)),
+                encoder_for=lambda table: TableEncoder(table, table.columns, spec.events),
+                emit=lambda chunk, rows: emit_chunk(chunk, rows, context),
+                window_id=context.window_id,
                 position=str(window.to_lsn),
+                writer=writer,
+                sink=sink,
             )
         finally:
             writer.close()  # no writer thread outlives a failed read; commit() still sees write errors
@@ -146,36 +148,8 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             **recorded_run(spec),
         },
     )
-    _drop_emitted_chunks(sink, incremental.emitted)
+    drop_emitted_chunks(sink, incremental.emitted)
     return entry
-
-
-def _stage(writer: Any, topic: Topic, batch: pa.RecordBatch) -> str:
-    writer.write_batches(topic, [batch])
-    return writer.dataset_path(topic)
-
-
-def _read_dataset(sink: ParquetSink, path: str, chunk_id: str) -> pa.Table:
-    """One chunk of a staged dataset written by the previous window (each chunk is its own file,
-    so the filter skips the others by their statistics)."""
-    uri = sink.storage.uri(path)
-    if sink.is_local:
-        import pyarrow.dataset as ds
-
-        return ds.dataset(uri, format="parquet").to_table(filter=ds.field(CHUNK_ID_FIELD) == chunk_id)
-    from pyspark.sql import functions as F
-
-    return sink.spark_provider().read.parquet(uri).where(F.col(CHUNK_ID_FIELD) == chunk_id).toArrow()
-
-
-def _drop_emitted_chunks(sink: ParquetSink, chunks: Any) -> None:
-    # Staged rows are garbage once the window that emitted them is committed; a failure here
-    # leaves only unreferenced files behind.
-    for path in sorted({c.path.rsplit("/attempt=", 1)[0] for c in chunks}):
-        try:
-            sink.storage.delete_tree(path)
-        except OSError as exc:  # pragma: no cover - best effort
-            log.warning("could not remove staged chunks %s: %s", path, exc)
 
 
 def _check_stream_source(conn: Any, spec: PostgresJobSpec) -> dict:

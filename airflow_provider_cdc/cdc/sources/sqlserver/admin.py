@@ -19,6 +19,7 @@ from airflow_provider_cdc.cdc.errors import (
     ConcurrentCaptureError,
     UnknownTableError,
 )
+from airflow_provider_cdc.cdc.incremental import signal_columns_problem
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_message, error_number
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType
@@ -445,6 +446,32 @@ def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
         f"the capture login (database user {user}) cannot read the changes of capture instance(s) {names}: "
         f"{denied[0][1]}. Run: {fix}"
     ]
+
+
+def check_signal_table(conn: Any, table: TableInfo, watermarks: str) -> list[str]:
+    """Debezium's signal table on SQL Server: columns ``id``, ``type``, ``data`` (in that order),
+    CDC-enabled with a capture instance that captures them (signals and watermarks are read from
+    its change table), and writable: the incremental snapshot writes its watermark rows into it."""
+    name = table.ref.quoted(SQLSERVER_NAMES)
+    example = f"CREATE TABLE {name} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+    problem = signal_columns_problem([c.name for c in table.columns], name, example)
+    problems = [problem] if problem else []
+    instance = table.instances[-1]  # describe_tables reports a table without one
+    missing = [c for c in ("id", "type", "data") if c not in instance.columns]
+    if missing:
+        problems.append(
+            f"capture instance {instance.name!r} of signal table {name} does not capture {', '.join(missing)}: "
+            "enable it without a @captured_column_list (or with all three)"
+        )
+    needed = ["INSERT", "DELETE"] if watermarks == "insert_delete" else ["INSERT"]
+    user = quote(str(value(conn, USER_SQL)))
+    for permission in needed:
+        if not value(conn, "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', ?)", name, permission):
+            problems.append(
+                f"the capture login (database user {user}) cannot {permission} into signal table {name}, where the "
+                f"incremental snapshot writes its watermark rows. Run: GRANT {permission} ON {name} TO {user};"
+            )
+    return problems
 
 
 def _server_said(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.incremental_run import IncrementalRun, drop_emitted_chunks
 from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
@@ -19,6 +20,12 @@ from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo
+from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
+    SignalTable,
+    SqlServerChunkPositions,
+    SqlServerChunkReader,
+    emit_chunk,
+)
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
 from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
@@ -30,7 +37,9 @@ from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
     check_retention,
     instance_ranges,
     merged_changes,
+    readable,
 )
+from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
 
 log = logging.getLogger(__name__)
 SparkProvider = Callable[[], Any]
@@ -65,9 +74,12 @@ def _topics(spec: SqlServerJobSpec) -> list[Topic]:
     return [*tables, Topic.transactions(prefix), Topic.gaps(prefix)]
 
 
-def _describe(conn: Any, spec: SqlServerJobSpec) -> dict[str, TableInfo]:
-    found, problems = admin.describe_tables(conn, list(spec.tables))
-    admin.require_tables(found, spec.tables, problems)
+def _describe(conn: Any, spec: SqlServerJobSpec, *, with_signal_table: bool = False) -> dict[str, TableInfo]:
+    refs = list(spec.tables)
+    if with_signal_table and spec.signal_table is not None and spec.signal_table not in refs:
+        refs.append(spec.signal_table)  # its inserts are signals, read from its change table like Debezium
+    found, problems = admin.describe_tables(conn, refs)
+    admin.require_tables(found, refs, problems)
     for table in found.values():  # fail on bad filters or masks before reading anything
         TableEncoder(table, table.columns, spec.events)
     return {ref.data_collection: table for ref, table in found.items()}
@@ -80,25 +92,36 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
     info = spec.connection
     conn = connect(info)
     try:
-        tables = _describe(conn, spec)
+        tables = _describe(conn, spec, with_signal_table=True)
         ranges = instance_ranges(list(tables.values()), low, high)
-        check_retention(conn, ranges, set(spec.known_instances))
+        check_retention(conn, ranges, set(spec.known_instances), spec.known_starts)
+        ranges = readable(ranges)
         log.info(
             "reading %s from %d capture instance(s): %s",
             window.describe(),
             len(ranges),
             ", ".join(f"{r.instance.name} [{r.low}, {r.high})" for r in ranges) or "none",
         )
+        incremental = IncrementalRun(
+            state=spec.incremental,
+            tables={t.ref: t for t in tables.values() if t.ref in spec.tables},
+            topic_prefix=spec.topic_prefix,
+            signal_table=spec.signal_table,
+            options=spec.options,
+            positions=SqlServerChunkPositions(),
+        )
+        context = _context(spec)
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
-        writer = sink.open_window(window, _topics(spec))
+        writer = sink.open_window(window, [*_topics(spec), *incremental.staged_topics])
         reader = WindowReader(
             tables=tables,
-            context=_context(spec),
+            context=context,
             settings=spec.events,
             max_changes_per_chunk=spec.options.max_changes_per_chunk,
-            flush=writer.write_chunk,
+            flush=incremental.wrap(writer.write_chunk),
             commit_times=functools.partial(admin.lsn_times, conn),
             server_time_zone=spec.server_time_zone,
+            uncounted=incremental.uncounted,
         )
         encoders = {r.instance.name: reader.encoder(r.instance) for r in ranges}
         try:
@@ -111,12 +134,21 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             stats = reader.read(rows, window)
             faults.point("window.read_done")
             # The cleanup job may have purged rows while they were read: the result would have a hole.
-            check_retention(conn, ranges, {r.instance.name for r in ranges})
+            check_retention(conn, ranges, {r.instance.name for r in ranges}, _source_state(spec, tables)["starts"])
+            incremental_stats = incremental.finish_window(
+                _chunk_reader(conn, spec, tables),
+                encoder_for=lambda table: TableEncoder(table, table.columns, spec.events),
+                emit=lambda chunk, rows: emit_chunk(chunk, rows, context),
+                window_id=context.window_id,
+                position=str(high),
+                writer=writer,
+                sink=sink,
+            )
         finally:
             writer.close()
     finally:
         conn.close()
-    return writer.commit(
+    entry = writer.commit(
         window,
         transactions=stats.transactions,
         last_commit_lsn=stats.last_commit_lsn,
@@ -127,11 +159,39 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             "chunks": stats.chunks,
             "key_changes": stats.key_changes,
             # The instances the tables have now (an old one dropped after a switch is gone from here).
-            "source_state": {"instances": sorted(i.name for t in tables.values() for i in t.instances)},
+            "source_state": _source_state(spec, tables),
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
+            **incremental_stats,
             **recorded_run(spec),
         },
+    )
+    drop_emitted_chunks(sink, incremental.emitted)
+    return entry
+
+
+def _source_state(spec: SqlServerJobSpec, tables: dict[str, TableInfo]) -> dict[str, Any]:
+    """What the next window checks: the capture instances the tables have now (an old one dropped
+    after a switch is gone from here), and each one's start_lsn when a window first saw it."""
+    instances = [i for t in tables.values() for i in t.instances]
+    starts = {i.name: str(i.start_lsn) for i in instances if i.start_lsn is not None}
+    starts.update({name: lsn for name, lsn in spec.known_starts.items() if name in starts})
+    return {"instances": sorted(i.name for i in instances), "starts": dict(sorted(starts.items()))}
+
+
+def _chunk_reader(conn: Any, spec: SqlServerJobSpec, tables: dict[str, TableInfo]) -> SqlServerChunkReader | None:
+    """Chunks are read only with a signal table (their watermarks are its rows)."""
+    signal = spec.signal_table
+    if signal is None:
+        return None
+    described = tables[signal.data_collection]
+    if not described.instances:
+        raise CdcStateError(f"the signal table {signal.quoted(SQLSERVER_NAMES)} has no capture instance any more")
+    return SqlServerChunkReader(
+        conn,
+        SignalTable(signal, described.instances[-1].name),
+        spec.incremental_watermarks,
+        wait_seconds=spec.incremental_watermark_wait_seconds,
     )
 
 
@@ -197,7 +257,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
             "rows": rows,
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_isolation_mode": spec.snapshot_isolation_mode,
-            "source_state": {"instances": sorted(i.name for t in tables.values() for i in t.instances)},
+            "source_state": _source_state(spec, tables),
             "job_pid": os.getpid(),
             **recorded_run(spec),
         },

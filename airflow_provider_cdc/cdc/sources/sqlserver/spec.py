@@ -13,9 +13,9 @@ from typing import Any
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.incremental import IncrementalState
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo
-from airflow_provider_cdc.cdc.spec import SPEC_FORMAT, CaptureOptions, SparkOptions
+from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, check_common, common_from_json, common_to_dict
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
@@ -23,6 +23,8 @@ from airflow_provider_cdc.cdc.window import Window
 DATA_QUERY_MODES = ("function", "direct")
 #: Debezium's ``snapshot.isolation.mode`` values this capture supports (docs/sqlserver.md).
 SNAPSHOT_ISOLATION_MODES = ("snapshot", "read_committed")
+#: Incremental snapshot watermarks on SQL Server: rows in the signal table (no logical messages).
+SQLSERVER_WATERMARKS = ("insert_insert", "insert_delete")
 
 
 @dataclass(frozen=True)
@@ -36,50 +38,40 @@ class SqlServerJobSpec:
     spark: SparkOptions = field(default_factory=SparkOptions)
     events: EventSettings = field(default_factory=EventSettings)
     gap: CaptureGap | None = None  # a re-snapshot after lost changes records why
+    incremental: IncrementalState | None = None  # the running incremental snapshot (stream windows)
+    signal_table: TableRef | None = None  # Debezium's signal.data.collection (CDC-enabled)
+    incremental_watermarks: str = "insert_insert"
+    # How long a stream job waits for the capture job to capture its chunks' watermark rows.
+    incremental_watermark_wait_seconds: float = 120.0
     data_query_mode: str = "function"
     snapshot_isolation_mode: str = "snapshot"
     server_time_zone: str = "UTC"  # how to read cdc.lsn_time_mapping's local times
     # Capture instances earlier windows read: one of these whose oldest change moved past the
     # window's start lost changes to the cleanup job (a new one simply starts where it starts).
     known_instances: tuple[str, ...] = ()
+    # Their start_lsn when a window first saw them: one still there has purged nothing (a new
+    # instance on a quiet database starts above the capture job's newest LSN, and that is no loss).
+    known_starts: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] | None = None  # the scheduler run that planned the window (backfills)
     checkpoint: dict[str, Any] | None = None  # the offset it was planned from (restores a lost offset)
 
     connector = "sqlserver"
+    default_watermarks = "insert_insert"
 
     def __post_init__(self) -> None:
-        validate_topic_prefix(self.topic_prefix)
-        if not self.tables:
-            raise CdcConfigurationError("no tables to capture")
-        if self.data_query_mode not in DATA_QUERY_MODES:
-            raise CdcConfigurationError(
-                f"data_query_mode {self.data_query_mode!r} is not one of {', '.join(DATA_QUERY_MODES)}"
-            )
-        if self.snapshot_isolation_mode not in SNAPSHOT_ISOLATION_MODES:
-            raise CdcConfigurationError(
-                f"snapshot_isolation_mode {self.snapshot_isolation_mode!r} is not one of "
-                f"{', '.join(SNAPSHOT_ISOLATION_MODES)}"
-            )
+        check_common(self)
+        validate_sqlserver_modes(self.data_query_mode, self.snapshot_isolation_mode, self.incremental_watermarks)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": SPEC_FORMAT,
-            "connector": self.connector,
-            "topic_prefix": self.topic_prefix,
+            **common_to_dict(self),
             "connection": self.connection.to_dict(),
-            "tables": [t.to_json() for t in self.tables],
-            "window": self.window.to_dict(),
-            "sink_path": self.sink_path,
-            "options": self.options.to_dict(),
-            "spark": self.spark.to_dict(),
-            "events": self.events.to_dict(),
-            "gap": None if self.gap is None else self.gap.to_dict(),
+            "incremental_watermark_wait_seconds": self.incremental_watermark_wait_seconds,
             "data_query_mode": self.data_query_mode,
             "snapshot_isolation_mode": self.snapshot_isolation_mode,
             "server_time_zone": self.server_time_zone,
             "known_instances": list(self.known_instances),
-            "run": self.run,
-            "checkpoint": self.checkpoint,
+            "known_starts": dict(self.known_starts),
         }
 
     def to_json(self) -> str:
@@ -87,26 +79,29 @@ class SqlServerJobSpec:
 
     @classmethod
     def from_json(cls, text: str) -> SqlServerJobSpec:
-        data = json.loads(text)
-        if data.get("format") != SPEC_FORMAT or data.get("connector") != cls.connector:
-            raise CdcConfigurationError(
-                f"not a SQL Server job spec of format {SPEC_FORMAT}: format={data.get('format')!r}, "
-                f"connector={data.get('connector')!r}"
-            )
+        data, common = common_from_json(text, cls.connector, "SQL Server", cls.default_watermarks)
         return cls(
-            topic_prefix=data["topic_prefix"],
+            **common,
             connection=SqlServerConnectionInfo.from_dict(data["connection"]),
-            tables=tuple(TableRef(*t) for t in data["tables"]),
-            window=Window.from_dict(data["window"]),
-            sink_path=data["sink_path"],
-            options=CaptureOptions.from_dict(data.get("options") or {}),
-            spark=SparkOptions.from_dict(data.get("spark") or {}),
-            events=EventSettings.from_dict(data.get("events") or {}),
-            gap=CaptureGap.from_dict(data["gap"]) if data.get("gap") else None,
+            incremental_watermark_wait_seconds=float(data.get("incremental_watermark_wait_seconds", 120.0)),
             data_query_mode=data.get("data_query_mode", "function"),
             snapshot_isolation_mode=data.get("snapshot_isolation_mode", "snapshot"),
             server_time_zone=data.get("server_time_zone", "UTC"),
             known_instances=tuple(data.get("known_instances") or ()),
-            run=data.get("run"),
-            checkpoint=data.get("checkpoint"),
+            known_starts=dict(data.get("known_starts") or {}),
+        )
+
+
+def validate_sqlserver_modes(data_query_mode: str, snapshot_isolation_mode: str, watermarks: str) -> None:
+    """The SQL Server choices, checked the same way at DAG parse (the capture) and in the job."""
+    if data_query_mode not in DATA_QUERY_MODES:
+        raise CdcConfigurationError(f"data_query_mode {data_query_mode!r} is not one of {', '.join(DATA_QUERY_MODES)}")
+    if snapshot_isolation_mode not in SNAPSHOT_ISOLATION_MODES:
+        raise CdcConfigurationError(
+            f"snapshot_isolation_mode {snapshot_isolation_mode!r} is not one of {', '.join(SNAPSHOT_ISOLATION_MODES)}"
+        )
+    if watermarks not in SQLSERVER_WATERMARKS:
+        raise CdcConfigurationError(
+            f"incremental_watermarks {watermarks!r} is not available on SQL Server (it has no logical messages): "
+            f"use one of {', '.join(SQLSERVER_WATERMARKS)}, rows written into the signal table"
         )

@@ -46,6 +46,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     source_block,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,19 @@ def instance_ranges(
     return out
 
 
+def readable(ranges: Sequence[InstanceRange]) -> list[InstanceRange]:
+    """The ranges from where each instance's changes begin: SQL Server refuses a range that starts
+    before an instance's start_lsn (error 313), and an instance created on a quiet database starts
+    above the window's start. Call after :func:`check_retention`, which tells that from a purge."""
+    out = []
+    for part in ranges:
+        start = part.instance.start_lsn
+        low = max(part.low, SqlServerLsn(start)) if start is not None else part.low
+        if low < part.high:
+            out.append(InstanceRange(part.instance, SqlServerLsn(low), part.high))
+    return out
+
+
 def changes_sql(instance: CaptureInstance, encoder: TableEncoder, mode: str) -> str:
     """The T-SQL that reads one instance's change rows of ``[?, ?]`` (both inclusive), ordered."""
     metadata = "__$start_lsn, __$seqval, __$operation"
@@ -102,9 +116,14 @@ def changes_sql(instance: CaptureInstance, encoder: TableEncoder, mode: str) -> 
     )
 
 
-def check_retention(conn: Any, ranges: Sequence[InstanceRange], known: set[str]) -> None:
+def check_retention(
+    conn: Any, ranges: Sequence[InstanceRange], known: set[str], starts: dict[str, str] | None = None
+) -> None:
     """Fail when the cleanup job purged changes a range needs: an instance read before (``known``)
-    whose oldest change is now past the range's start. A new instance starts where it starts."""
+    whose oldest change is now past the range's start, and past where it started when a window first
+    saw it (``starts``: an instance created on a quiet database starts above the capture job's
+    newest LSN, and has lost nothing). A new instance starts where it starts."""
+    starts = starts or {}
     for part in ranges:
         oldest = admin.min_lsn(conn, part.instance.name)
         if oldest is None:
@@ -113,7 +132,8 @@ def check_retention(conn: Any, ranges: Sequence[InstanceRange], known: set[str])
                 "(sys.sp_cdc_disable_table) while the capture still needed its changes. Re-enable CDC on the table "
                 "and re-snapshot (snapshot_mode='when_needed' or 'always')"
             )
-        if part.instance.name in known and oldest > part.low:
+        unmoved = starts.get(part.instance.name) == str(oldest)
+        if part.instance.name in known and oldest > part.low and not unmoved:
             raise ChangesPurgedError(
                 f"the changes of capture instance {part.instance.name!r} from {part.low} are gone: its oldest change "
                 f"is now {oldest} (the cleanup job's retention is shorter than the time between runs). "
@@ -156,8 +176,12 @@ class WindowReader:
         flush: Callable[[dict[str, list[pa.RecordBatch]], pa.RecordBatch | None], None],
         commit_times: Callable[[SqlServerLsn, SqlServerLsn], dict[int, tuple[datetime, bytes | None]]],
         server_time_zone: str = "UTC",
+        uncounted: frozenset[TableRef] = frozenset(),
     ):
+        """``uncounted``: tables read for the capture's own use (the signal table), whose rows
+        are neither changes nor part of the transaction metadata."""
         self.tables = tables
+        self._uncounted = uncounted
         self.context = context
         self.settings = settings
         self.max_changes_per_chunk = max_changes_per_chunk
@@ -251,10 +275,14 @@ class WindowReader:
         after = None if operation == 1 else values
         before = values if operation == 1 else before
 
+        counted = ref not in self._uncounted
+
         def add(op: str, before: Any, after: Any, serial: int, **keys: Any) -> None:
-            txn.total_order += 1
-            count = txn.counts.get(ref.data_collection, 0) + 1
-            txn.counts[ref.data_collection] = count
+            count = 0
+            if counted:
+                txn.total_order += 1
+                count = txn.counts.get(ref.data_collection, 0) + 1
+                txn.counts[ref.data_collection] = count
             source = source_block(
                 self.context,
                 ref.schema,
@@ -268,7 +296,7 @@ class WindowReader:
             transaction = {"id": txn.transaction_id, "total_order": txn.total_order, "data_collection_order": count}
             buffer.add(op, before, after, source, transaction, **keys)
             self._buffered += 1
-            self.stats.changes += 1
+            self.stats.changes += counted
 
         if op == Op.UPDATE and before is not None and encoder.key_indexes:
             old_key = tuple(before[i] for i in encoder.key_indexes)
@@ -281,6 +309,8 @@ class WindowReader:
         add(op, before, after, 1)
 
     def _end(self, txn: _Transaction) -> None:
+        if not txn.counts:  # only rows of uncounted tables
+            return
         self._pending_transactions += transaction_rows(
             transaction_id=txn.transaction_id, ts_ms=txn.ts_ms, counts=txn.counts, window_id=self.context.window_id
         )
@@ -354,4 +384,5 @@ __all__ = [
     "check_retention",
     "instance_ranges",
     "merged_changes",
+    "readable",
 ]
