@@ -10,7 +10,8 @@ recovers in the test process, and checks the invariants on the sink's commit log
 - ``capture_fields(crash)``: the source's part of a capture's fields (connection, offset store);
 - ``child_setup()``: what the child process prepares before it builds the capture;
   ``child_env(crash)``: environment the child gets on top of the test process's;
-  ``after_child(crash)``: what the server would do once the child is gone (end its sessions);
+  ``after_child(crash)``: what the server would do once the child is gone (neither source needs
+  anything: their servers end a closed connection's sessions themselves);
 - ``settle()`` / ``position()``: wait until the source's change capture has taken in everything
   committed so far (SQL Server's capture job is asynchronous) / the position a stream window has
   to reach to cover it;
@@ -31,8 +32,6 @@ and the product, so the adapters import test-only helpers (the stand-in) lazily.
 from __future__ import annotations
 
 import importlib
-import json
-import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator
@@ -80,7 +79,8 @@ class CrashSource(ABC):
 
     def after_child(self, crash: CrashCapture) -> None:
         """Once the child exited (or was killed): what the source's server does when a client dies
-        (nothing by default: PostgreSQL ends the sessions of a closed connection by itself)."""
+        (nothing by default: PostgreSQL, and SQL Server's stand-in through its proxy, end the
+        sessions of a closed connection by themselves)."""
         return None
 
     @abstractmethod
@@ -211,11 +211,9 @@ class SqlServerCrashSource(CrashSource):
     the same Variable rows in the metadata database, reached directly outside a task (and through
     the Task SDK inside one, as before). The store's own code, revision check included, is unchanged.
 
-    The child's sessions carry an application name (psqlODBC's ``pqopt``, in the child's Airflow
-    connection), and :meth:`after_child` ends those still open: SQL Server ends the session of a
-    client whose connection closed, releasing its application lock (the capture lock), but the
-    stand-in's proxy does not pass a killed client's disconnect on to PostgreSQL, whose backend then
-    keeps the session and its lock (see ``_Session.run`` in ``tests/support/sqlserver/proxy.py``).
+    Nothing is needed after a killed child: like SQL Server, the stand-in ends the session of a
+    client whose connection closed (its proxy passes the disconnect on to PostgreSQL), which
+    releases the session's application lock (the capture lock); ``check_acknowledged`` checks it.
     """
 
     NAME = "sqlserver"
@@ -243,30 +241,6 @@ class SqlServerCrashSource(CrashSource):
     @classmethod
     def child_setup(cls) -> None:
         _use_metadata_variables()
-
-    @staticmethod
-    def child_name(crash: CrashCapture) -> str:
-        """The application name of the child's sessions."""
-        return f"cdc_crash_child_{crash.prefix}"[:63]
-
-    def child_env(self, crash: CrashCapture) -> dict[str, str]:
-        from tests.support.sqlserver.fixtures import airflow_connection
-
-        connection = json.loads(airflow_connection(self.standin))
-        connection["extra"]["pqopt"] = f"application_name={self.child_name(crash)}"
-        return {f"AIRFLOW_CONN_{self.conn_id.upper()}": json.dumps(connection)}
-
-    def after_child(self, crash: CrashCapture, timeout: float = 30.0) -> None:
-        """End the child's sessions that are still open (see the class docstring) and wait until
-        they are gone."""
-        query = (
-            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s"
-        )
-        deadline = time.monotonic() + timeout
-        while self.standin.admin_query(query, (self.child_name(crash),)):
-            assert time.monotonic() < deadline, f"the sessions of {self.child_name(crash)} do not end"
-            time.sleep(0.05)
 
     def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
         return {

@@ -161,16 +161,11 @@ def test_crash_sweep(crash_source, tmp_path):
     harness.write_report({"seed": seed, "source": "sqlserver", **report})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stand-in bug: the T-SQL proxy keeps a killed client's PostgreSQL session (and its application lock) "
-    "open; SqlServerCrashSource.after_child ends such sessions as SQL Server would",
-)
 def test_the_session_of_a_killed_client_ends_and_releases_the_capture_lock(crash_source):
     """SQL Server ends the session of a client whose connection closed, releasing the locks it owned;
-    a killed capture task must not keep its capture locked. (The stand-in's proxy closes its upstream
-    socket while its other thread still reads from it, so PostgreSQL never sees the disconnect: the
-    fix is ``sock.shutdown(socket.SHUT_RDWR)`` before ``close()`` in ``_Session.run``.)"""
+    a killed capture task must not keep its capture locked. (The stand-in's proxy passes the
+    disconnect on: ``_Session.run`` shuts its sockets down before closing them, which wakes the
+    other pump thread and lets PostgreSQL see the client go.)"""
     from airflow_provider_cdc.cdc.sources.sqlserver import admin
 
     source, _ = crash_source

@@ -96,6 +96,13 @@ class _Session:
             self._client_to_server()
         finally:
             for sock in (self.client, self.server):
+                # shutdown first: close() alone leaves the connection open while the other pump
+                # thread is still in recv() on it, so PostgreSQL would never see a killed client
+                # go and would keep its session (and the locks it holds).
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already shut down or never connected
+                    pass
                 try:
                     sock.close()
                 except OSError:

@@ -32,7 +32,6 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
@@ -325,7 +324,6 @@ class WindowReader:
         batches = {topic: [buffer.to_batch()] for topic, buffer in self._buffers.items() if len(buffer)}
         transactions = transaction_batch(self._pending_transactions) if self._pending_transactions else None
         self.flush(batches, transactions)
-        faults.point("window.chunk_written")
         self._buffers = {}
         self._pending_transactions = []
         self._buffered = 0
