@@ -273,7 +273,8 @@ class SqlServerCrashSource(CrashSource):
         from tests.support.sqlserver import workload
 
         instances = (offset.extra.get("source_state") or {}).get("instances")
-        expected = sorted(table.replace(".", "_") for table in crash.keys if table in workload.KEYS)
+        tables = [t for t in crash.keys if t in workload.KEYS] + [crash.overrides.get("signal_table") or ""]
+        expected = sorted(table.replace(".", "_") for table in tables if table)
         assert instances == expected, f"the offset keeps capture instances {instances}, expected {expected}"
 
         held = self.lock_holders(lock_resource(crash.prefix))

@@ -200,7 +200,8 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
     started = time.monotonic()
     conn = connect(info)
     try:
-        tables = _describe(conn, spec)
+        described = _describe(conn, spec, with_signal_table=True)  # the signal table: for source_state only
+        tables = {name: t for name, t in described.items() if t.ref in spec.tables}
         position = admin.max_lsn(conn)
         if position is None:
             raise CdcStateError(
@@ -257,7 +258,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
             "rows": rows,
             "seconds": round(time.monotonic() - started, 3),
             "snapshot_isolation_mode": spec.snapshot_isolation_mode,
-            "source_state": _source_state(spec, tables),
+            "source_state": _source_state(spec, described),
             "job_pid": os.getpid(),
             **recorded_run(spec),
         },
