@@ -11,8 +11,9 @@ way in the snapshot and in the stream.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_cdc import __version__
@@ -26,6 +27,7 @@ from airflow_provider_cdc.cdc.envelope import (
 )
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
+from airflow_provider_cdc.cdc.sources.sqlserver.lsn import LSN_BYTES
 from airflow_provider_cdc.cdc.sources.sqlserver.types import Codec, codec_for, text_codec
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
 
@@ -140,66 +142,132 @@ def read_events(
     )
 
 
+class StreamTransaction(Protocol):
+    """What an event takes from its transaction (the window reader's open transaction)."""
+
+    @property
+    def commit_lsn(self) -> int: ...
+
+    @property
+    def transaction_id(self) -> str: ...
+
+    @property
+    def ts_ms(self) -> int: ...
+
+
+#: One buffered event: op, before, after, change LSN, index of its transaction in the buffer,
+#: transaction.total_order, transaction.data_collection_order.
+_Row = tuple[str, Sequence[Any] | None, Sequence[Any] | None, int, int, int, int]
+
+
 class StreamEventBuffer:
-    """The change events of one table in one chunk, as rows of Python values until flushed."""
+    """The change events of one table in one chunk, kept as rows of Python values until flushed.
+
+    Adding an event is one tuple append: everything that becomes a column is built at the flush,
+    a column at a time (per-row ``source``/``transaction`` dicts and LSN texts cost more than the
+    rest of an event). The ``source`` fields are constant per buffer (one table) or per
+    transaction (commit LSN, ts_ms): those are built once per transaction and gathered with
+    ``take``. Key changes and serial numbers other than 1, which are rare, are kept sparse."""
 
     def __init__(self, encoder: TableEncoder, context: EventContext):
         self.encoder = encoder
         self.context = context
-        self.ops: list[str] = []
-        self.before: list[Sequence[Any] | None] = []
-        self.after: list[Sequence[Any] | None] = []
-        self.sources: list[dict[str, Any]] = []
-        self.transactions: list[dict[str, Any]] = []
-        self.old_keys: list[Sequence[Any] | None] = []
-        self.new_keys: list[Sequence[Any] | None] = []
+        self._rows: list[_Row] = []
+        self._transactions: list[StreamTransaction] = []
+        self._key_changes: dict[int, tuple[Sequence[Any] | None, Sequence[Any] | None]] = {}
+        self._serials: dict[int, int] = {}
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return len(self._rows)
 
     def add(
         self,
         op: str,
         before: Sequence[Any] | None,
         after: Sequence[Any] | None,
-        source: dict[str, Any],
-        transaction: dict[str, Any],
+        change_lsn: int,
+        transaction: StreamTransaction,
+        total_order: int,
+        data_collection_order: int,
         *,
+        event_serial_no: int = 1,
         old_key: Sequence[Any] | None = None,
         new_key: Sequence[Any] | None = None,
     ) -> None:
-        self.ops.append(op)
-        self.before.append(before)
-        self.after.append(after)
-        self.sources.append(source)
-        self.transactions.append(transaction)
-        self.old_keys.append(old_key)
-        self.new_keys.append(new_key)
+        """One event; ``before``/``after``: values of the encoder's columns (None: no image)."""
+        transactions = self._transactions
+        if not transactions or transactions[-1] is not transaction:
+            transactions.append(transaction)  # a transaction's events are consecutive
+        if event_serial_no != 1:
+            self._serials[len(self._rows)] = event_serial_no
+        if old_key is not None or new_key is not None:
+            self._key_changes[len(self._rows)] = (old_key, new_key)
+        self._rows.append((op, before, after, change_lsn, len(transactions) - 1, total_order, data_collection_order))
 
     def to_batch(self) -> pa.RecordBatch:
         layout = self.encoder.layout
-        n = len(self.ops)
-        width = len(self.encoder.columns)
-        has_keys = bool(layout.key_columns)
-        key_change = any(k is not None for k in self.old_keys) or any(k is not None for k in self.new_keys)
+        n = len(self._rows)
+        if n:
+            ops, before, after, change_lsns, txs, totals, orders = zip(*self._rows)
+        else:
+            ops = before = after = change_lsns = txs = totals = orders = ()
+        tx = pa.array(txs, pa.int32())
+        transaction_ids = pa.array([t.transaction_id for t in self._transactions], pa.string())
+        old_key = new_key = None
+        if self._key_changes and layout.key_columns:
+            changes = self._key_changes
+            old_key = self._key([changes[i][0] if i in changes else None for i in range(n)])
+            new_key = self._key([changes[i][1] if i in changes else None for i in range(n)])
         return layout.assemble(
-            before=self._image(self.before, width),
-            after=self._image(self.after, width),
-            source=pa.array(self.sources, SOURCE_BLOCK),
-            op=pa.array(self.ops, pa.string()),
+            before=self._image(before),
+            after=self._image(after),
+            source=self._source(change_lsns, tx),
+            op=pa.array(ops, pa.string()),
             ts_ms=self.context.ts_ms,
-            transaction=pa.array(self.transactions, TRANSACTION_BLOCK),
+            transaction=pa.StructArray.from_arrays(
+                [transaction_ids.take(tx), pa.array(totals, pa.int64()), pa.array(orders, pa.int64())],
+                fields=list(TRANSACTION_BLOCK),
+            ),
             window_id=self.context.window_id,
-            old_key=self._key(self.old_keys) if has_keys and key_change else None,
-            new_key=self._key(self.new_keys) if has_keys and key_change else None,
+            old_key=old_key,
+            new_key=new_key,
             unchanged=pa.nulls(n, UNCHANGED_LIST),
             truncate=pa.nulls(n, TRUNCATE_FLAGS),
         )
 
-    def _image(self, rows: list[Sequence[Any] | None], width: int) -> pa.Array:
+    def _source(self, change_lsns: Sequence[int], tx: pa.Array) -> pa.StructArray:
+        """The ``source`` column: what :func:`source_block` gives each event, built by column."""
+        n = len(tx)
+        context, ref, transactions = self.context, self.encoder.table.ref, self._transactions
+        serials = self._serials
+        columns = {
+            "version": _repeat(__version__, pa.string(), n),
+            "connector": _repeat(CONNECTOR, pa.string(), n),
+            "name": _repeat(context.topic_prefix, pa.string(), n),
+            "ts_ms": pa.array([t.ts_ms for t in transactions], pa.int64()).take(tx),
+            "snapshot": _repeat("false", pa.string(), n),
+            "db": _repeat(context.database, pa.string(), n),
+            "sequence": pa.nulls(n, pa.string()),
+            "schema": _repeat(ref.schema, pa.string(), n),
+            "table": _repeat(ref.name, pa.string(), n),
+            "change_lsn": lsn_texts(change_lsns),
+            "commit_lsn": lsn_texts([t.commit_lsn for t in transactions]).take(tx),
+            "event_serial_no": (
+                pa.array([serials.get(i, 1) for i in range(n)], pa.int64()) if serials else _repeat(1, pa.int64(), n)
+            ),
+        }
+        return pa.StructArray.from_arrays([columns[f.name] for f in SOURCE_BLOCK], fields=list(SOURCE_BLOCK))
+
+    def _image(self, rows: Sequence[Sequence[Any] | None]) -> pa.Array:
+        encoder = self.encoder
         present = [r is not None for r in rows]
-        columns = [[None if r is None else r[k] for r in rows] for k in range(width)]
-        return self.encoder.layout.value_struct(self.encoder.typed(columns), present)
+        if not any(present):  # e.g. ``before`` of a chunk of inserts: no values to convert
+            return pa.nulls(len(rows), encoder.layout.value_type)
+        if not all(present):
+            absent = (None,) * len(encoder.columns)
+            rows = [absent if r is None else r for r in rows]
+        columns = [list(column) for column in zip(*rows)]  # the transpose, in C
+        return encoder.layout.value_struct(encoder.typed(columns), present)
 
     def _key(self, keys: list[Sequence[Any] | None]) -> pa.Array:
         encoder = self.encoder
@@ -209,3 +277,27 @@ class StreamEventBuffer:
             values = [None if k is None else k[j] for k in keys]
             children.append(encoder.codecs[index].to_arrow(values))
         return encoder.layout.key_struct(children, present)
+
+
+def _repeat(value: Any, arrow_type: pa.DataType, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, arrow_type), n)
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
+_LSN_TEXT_WIDTH = 22  # vvvvvvvv:bbbbbbbb:ssss
+
+
+def lsn_texts(lsns: Sequence[int]) -> pa.Array:
+    """``str(SqlServerLsn(v))`` of every value, as one string array: the 10 bytes of each LSN
+    are hex-printed with numpy (a per-value ``str()`` cost as much as the rest of an event)."""
+    n = len(lsns)
+    to_bytes = int.to_bytes  # not SqlServerLsn.to_bytes(), which takes no arguments
+    raw = np.frombuffer(b"".join([to_bytes(v, LSN_BYTES, "big") for v in lsns]), np.uint8).reshape(n, LSN_BYTES)
+    digits = np.empty((n, 2 * LSN_BYTES), np.uint8)
+    digits[:, 0::2] = _HEX_DIGITS[raw >> 4]
+    digits[:, 1::2] = _HEX_DIGITS[raw & 0x0F]
+    text = np.empty((n, _LSN_TEXT_WIDTH), np.uint8)
+    text[:, 0:8], text[:, 9:17], text[:, 18:22] = digits[:, 0:8], digits[:, 8:16], digits[:, 16:20]
+    text[:, 8] = text[:, 17] = ord(":")
+    offsets = np.arange(0, _LSN_TEXT_WIDTH * (n + 1), _LSN_TEXT_WIDTH, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])

@@ -35,14 +35,13 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import table_topic
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     SOURCE_BLOCK,
     StreamEventBuffer,
     TableEncoder,
-    source_block,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.tables import TableRef
@@ -262,7 +261,8 @@ class WindowReader:
     ) -> None:
         encoder = self.encoder(instance)
         ref = instance.table
-        topic = Topic.for_table(self.context.topic_prefix, ref.schema, ref.name).name
+        # The topic's name only: Topic.for_table also escapes a directory name, per row.
+        topic = table_topic(self.context.topic_prefix, ref.schema, ref.name)
         buffer = self._buffers.get(topic)
         if buffer is None or buffer.encoder is not encoder:
             if buffer is not None:
@@ -273,39 +273,37 @@ class WindowReader:
             raise CdcStateError(f"capture instance {instance.name!r}: unknown __$operation {operation} at {seqval}")
         after = None if operation == 1 else values
         before = values if operation == 1 else before
-
-        counted = ref not in self._uncounted
-
-        def add(op: str, before: Any, after: Any, serial: int, **keys: Any) -> None:
-            count = 0
-            if counted:
-                txn.total_order += 1
-                count = txn.counts.get(ref.data_collection, 0) + 1
-                txn.counts[ref.data_collection] = count
-            source = source_block(
-                self.context,
-                ref.schema,
-                ref.name,
-                snapshot="false",
-                ts_ms=txn.ts_ms,
-                change_lsn=str(seqval),
-                commit_lsn=str(txn.commit_lsn),
-                event_serial_no=serial,
-            )
-            transaction = {"id": txn.transaction_id, "total_order": txn.total_order, "data_collection_order": count}
-            buffer.add(op, before, after, source, transaction, **keys)
-            self._buffered += 1
-            self.stats.changes += counted
-
+        collection = ref.data_collection
         if op == Op.UPDATE and before is not None and encoder.key_indexes:
             old_key = tuple(before[i] for i in encoder.key_indexes)
             new_key = tuple(after[i] for i in encoder.key_indexes)  # type: ignore[index]
             if old_key != new_key:  # Debezium: a key change is a delete and a create
                 self.stats.key_changes += 1
-                add(Op.DELETE, before, None, 1, new_key=new_key)
-                add(Op.CREATE, None, after, 2, old_key=old_key)
+                self._add(buffer, txn, collection, Op.DELETE, before, None, seqval, new_key=new_key)
+                self._add(buffer, txn, collection, Op.CREATE, None, after, seqval, event_serial_no=2, old_key=old_key)
                 return
-        add(op, before, after, 1)
+        self._add(buffer, txn, collection, op, before, after, seqval)
+
+    def _add(
+        self,
+        buffer: StreamEventBuffer,
+        txn: _Transaction,
+        collection: str,
+        op: str,
+        before: Sequence[Any] | None,
+        after: Sequence[Any] | None,
+        seqval: SqlServerLsn,
+        **extra: Any,
+    ) -> None:
+        # Counters and one append per event: the buffer builds source and transaction at the flush.
+        # Rows of uncounted tables (the signal table) are neither changes nor counted in transactions.
+        count = 0
+        if buffer.encoder.table.ref not in self._uncounted:
+            txn.total_order += 1
+            count = txn.counts[collection] = txn.counts.get(collection, 0) + 1
+            self.stats.changes += 1
+        buffer.add(op, before, after, seqval, txn, txn.total_order, count, **extra)
+        self._buffered += 1
 
     def _end(self, txn: _Transaction) -> None:
         if not txn.counts:  # only rows of uncounted tables
