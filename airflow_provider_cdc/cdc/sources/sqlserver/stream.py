@@ -212,14 +212,17 @@ class WindowReader:
         """Consume merged ``(instance, row)`` pairs (row: start_lsn, seqval, operation, values...)."""
         assert window.from_lsn is not None and window.to_lsn is not None
         current: _Transaction | None = None
+        current_start: bytes | None = None
         pending_before: tuple | None = None
         for instance, row in rows:
-            start, seqval, operation = SqlServerLsn(row[0]), SqlServerLsn(row[1]), int(row[2])
+            # The raw bytes compared, an LSN object made once per transaction: this loop runs per row.
+            raw_start, seqval, operation = row[0], int.from_bytes(row[1], "big"), int(row[2])
             values = row[3:]
-            if current is None or current.commit_lsn != start:
+            if current is None or raw_start != current_start:
                 if current is not None:
                     self._end(current)
-                current = self._begin(start, window)
+                current = self._begin(SqlServerLsn(raw_start), window)
+                current_start = raw_start
             if operation == 3:
                 pending_before = values
                 continue
@@ -227,7 +230,8 @@ class WindowReader:
             if operation == 4:
                 if pending_before is None:
                     raise CdcStateError(
-                        f"capture instance {instance.name!r}: an update's after image at {seqval} has no before image "
+                        f"capture instance {instance.name!r}: an update's after image at {SqlServerLsn(seqval)} has no "
+                        "before image "
                         "(the change rows were read with a row filter other than 'all update old')"
                     )
                 before, pending_before = pending_before, None
@@ -257,7 +261,7 @@ class WindowReader:
         operation: int,
         before: Sequence[Any] | None,
         values: Sequence[Any],
-        seqval: SqlServerLsn,
+        seqval: int,  # __$seqval as a number
     ) -> None:
         encoder = self.encoder(instance)
         ref = instance.table
@@ -270,7 +274,9 @@ class WindowReader:
             buffer = self._buffers[topic] = StreamEventBuffer(encoder, self.context)
         op = _OPS.get(operation)
         if op is None:
-            raise CdcStateError(f"capture instance {instance.name!r}: unknown __$operation {operation} at {seqval}")
+            raise CdcStateError(
+                f"capture instance {instance.name!r}: unknown __$operation {operation} at {SqlServerLsn(seqval)}"
+            )
         after = None if operation == 1 else values
         before = values if operation == 1 else before
         collection = ref.data_collection
@@ -292,7 +298,7 @@ class WindowReader:
         op: str,
         before: Sequence[Any] | None,
         after: Sequence[Any] | None,
-        seqval: SqlServerLsn,
+        seqval: int,  # __$seqval as a number
         **extra: Any,
     ) -> None:
         # Counters and one append per event: the buffer builds source and transaction at the flush.

@@ -22,8 +22,8 @@ from airflow_provider_cdc.cdc.columns import ColumnRules, MaskRule
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.naming import table_topic
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, SqlColumn, TableInfo
-from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder, lsn_texts, source_block
-from airflow_provider_cdc.cdc.sources.sqlserver.lsn import MAX_SQLSERVER_LSN, SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder, source_block
+from airflow_provider_cdc.cdc.sources.sqlserver.lsn import MAX_SQLSERVER_LSN, SqlServerLsn, lsn_texts
 from airflow_provider_cdc.cdc.sources.sqlserver.stream import WindowReader
 from airflow_provider_cdc.cdc.sources.sqlserver.types import SqlServerType
 from airflow_provider_cdc.cdc.tables import TableRef
