@@ -13,10 +13,10 @@ transactions of 100) on one table, waits for the emulated capture job, then meas
 - window: the capture job reading that window end to end (change rows → typed Debezium events →
   committed Parquet with the transaction side table, local sink, no Spark).
 
-It also reports the job's peak memory (RSS high-water mark of this process, which runs the job)
-at N and at 4N changes: chunks of ``max_changes_per_chunk`` bound what the job holds, while the
-stand-in's driver (psqlODBC without cursors) buffers each query's whole result, which a real
-SQL Server driver streams. Figures are medians.
+It also reports the job's peak memory (RSS high-water mark of a child process running the job
+alone) at N and at 4N changes: chunks of ``max_changes_per_chunk`` bound what the job holds, and
+the stand-in's driver reads results through cursors a page at a time (psqlODBC's
+``UseDeclareFetch=1``), as a real SQL Server driver streams them. Figures are medians.
 """
 
 from __future__ import annotations

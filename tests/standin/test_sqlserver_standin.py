@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 import time
 import uuid
 
@@ -553,6 +554,64 @@ def test_an_untranslatable_statement_fails_loudly(sqlserver):
     with pytest.raises(pyodbc.Error) as info:
         sqlserver.execute_tsql("SELECT * FROM cdc.fn_cdc_get_net_changes_dbo_orders(?, ?, N'all')", (b"0", b"1"))
     assert "cannot translate" in info.value.args[1] and "fn_cdc_get_net_changes_dbo_orders" in info.value.args[1]
+
+
+def test_selects_come_through_the_drivers_cursor_a_page_at_a_time(sqlserver, monkeypatch):
+    """psqlODBC reads a SELECT through a cursor of its own (``UseDeclareFetch=1``), ``CURSOR_ROWS``
+    rows per FETCH, so a large result is never held whole in the client (SQL Server's drivers stream
+    it). Its parameters arrive written into the statement (cast where psqlODBC casts them); the
+    proxy translates only the product's statement, passes the driver's DECLARE/FETCH/CLOSE through,
+    and records only the product's statement."""
+    from tests.support.sqlserver import proxy
+    from tests.support.sqlserver.standin import CURSOR_ROWS
+
+    sent: list[str] = []
+    relay = proxy._Session._query
+
+    def spy(session, body: bytes) -> bytes:
+        out = relay(session, body)
+        sent.append(out[5:].rstrip(b"\0").decode())
+        return out
+
+    monkeypatch.setattr(proxy._Session, "_query", spy)
+    sqlserver.execute_tsql(
+        "CREATE TABLE [dbo].[pages] ([id] int NOT NULL PRIMARY KEY, [at] datetime2(7) NOT NULL, "
+        "[ratio] float NOT NULL, [note] nvarchar(50) NULL)"
+    )
+    total = 2 * CURSOR_ROWS + 7
+    sqlserver.admin_query(
+        "INSERT INTO dbo.pages SELECT g, timestamp '2024-01-01' + g * interval '1 second', g / 2.0, "
+        "'note ' || g FROM generate_series(1, %s) g",
+        (total,),
+    )
+    statement = (
+        "SELECT [id], [at], [ratio], [note] FROM [dbo].[pages] "
+        "WHERE [id] > ? AND [at] >= ? AND [ratio] >= ? AND [note] <> ? ORDER BY [id]"
+    )
+    marked = "it's; ::timestamp"  # what looks like a statement end or a driver cast inside a value
+    conn = sqlserver.connect()
+    cursor = conn.cursor()
+    cursor.execute(statement, 0, dt.datetime(2024, 1, 1, 0, 0, 2), 1.0, marked)
+    rows = []
+    while page := cursor.fetchmany(CURSOR_ROWS):
+        rows += page
+    cursor.close()
+    conn.close()
+    assert [r[0] for r in rows] == list(range(2, total + 1))
+    assert rows[0][1:] == (dt.datetime(2024, 1, 1, 0, 0, 2), 1.0, "note 2")
+
+    declared = [m for m in sent if '"pages"' in m and "CREATE TABLE" not in m]
+    assert len(declared) == 1 and declared[0].startswith('BEGIN;declare "SQL_CUR'), declared
+    assert marked.replace("'", "''") in declared[0]  # the value as written: no cast dropped inside it
+    fetches = [m for m in sent if m.startswith(f"fetch {CURSOR_ROWS} in")]
+    assert len(fetches) >= 2, sent  # later pages came with FETCHes of their own
+    # Recorded as the product wrote it, with the values written in for its markers and no driver casts.
+    recorded = [r for r in RECORDER.statements() if "[pages]" in r and r.startswith("SELECT")]
+    assert recorded == [
+        statement.split(" WHERE ")[0] + " WHERE [id] > 0 AND [at] >= '2024-01-01 00:00:02' AND [ratio] >= '1' "
+        "AND [note] <> 'it''s; ::timestamp' ORDER BY [id]"
+    ]
+    assert not [r for r in RECORDER.statements() if re.match(r"\s*(declare|fetch|close|move)\b", r, re.I)]
 
 
 def test_registry_statements_are_valid_tsql():

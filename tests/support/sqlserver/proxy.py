@@ -3,8 +3,12 @@
 psqlODBC connects here instead of to PostgreSQL. Client messages pass through byte for byte
 except the SQL text of Query ('Q') and Parse ('P') messages, which is translated from T-SQL.
 psqlODBC's own statements (BEGIN/COMMIT, its per-statement savepoints, DEALLOCATE, catalog
-queries on pg_catalog) pass untouched; in a Query they are split off the product's statement
-they are glued to (``BEGIN;<stmt>``, ``SAVEPOINT _EXEC_SVP_x;<stmt>``).
+queries on pg_catalog, FETCH/MOVE/CLOSE on its cursors) pass untouched; in a Query they are split
+off the product's statement they are glued to (``BEGIN;<stmt>``, ``SAVEPOINT _EXEC_SVP_x;<stmt>``,
+``<stmt>;fetch 2000 in "SQL_CUR..."``). A SELECT comes wrapped in the driver's cursor
+(``declare "SQL_CUR..." cursor with hold for <stmt>``, UseDeclareFetch=1) with its parameters
+written in as literals: only ``<stmt>`` is translated and recorded, without the casts psqlODBC adds
+to some of those literals.
 
 Errors the stand-in raises itself (an untranslatable statement; error 3952) are answered by the
 proxy: the statement is not sent, the server only gets a Sync (or the driver's prefix), and the
@@ -22,11 +26,27 @@ from collections.abc import Callable
 
 from .translate import Resolver, Untranslatable, to_tsql_markers, translate
 
+# psqlODBC's cursors (UseDeclareFetch=1) are named "SQL_CUR<address>": its FETCH/MOVE/CLOSE on them
+# are the driver's own, never the product's (T-SQL cursors are FETCH ... FROM <unquoted name>).
+_DRIVER_CURSOR = r'"SQL_CUR\w+"'
 _INTERNAL = re.compile(
     r"^\s*(?:BEGIN|COMMIT|ROLLBACK|SAVEPOINT\s+_\w+|RELEASE(?:\s+SAVEPOINT)?\s+_\w+|ROLLBACK\s+TO(?:\s+SAVEPOINT)?\s+_\w+"
     r"|DEALLOCATE\s+\"?_\w+\"?|SET\s+DateStyle\b.*|SET\s+extra_float_digits\b.*|SET\s+client_encoding\b.*|show\s+\w+"
+    rf"|(?:fetch|move)\s+(?:\w+\s+)*in\s+{_DRIVER_CURSOR}|close\s+{_DRIVER_CURSOR}"
     r"|select\s+.*\bpg_(?:catalog|type|class|attribute|namespace|index|proc)\b.*)\s*$",
     re.IGNORECASE | re.DOTALL,
+)
+# The driver wraps a SELECT in a cursor of its own: only the statement after FOR is the product's.
+_DECLARE = re.compile(
+    rf"^(\s*declare\s+{_DRIVER_CURSOR}(?:\s+scroll)?\s+cursor(?:\s+with\s+hold)?\s+for\s+)(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+# In a cursor's statement psqlODBC writes the parameters in as quoted literals (it cannot bind them
+# to a DECLARE) and casts some: '2024-01-02 03:04:05'::timestamp, '1.5'::float8. Without the cast
+# the literal is untyped, so PostgreSQL types it from its context as it did the unbound parameter,
+# and the statement is T-SQL again. Quoted names are matched too, so nothing inside one is touched.
+_INLINED_CAST = re.compile(
+    r"""('(?:[^']|'')*'|"(?:[^"]|"")*"|\[[^\]]*\])(?:::(?:date|time|timestamp|float4|float8|int4|smallint)\b)?"""
 )
 _PERMISSION = re.compile(r"permission denied for (table|view|function|schema|sequence|relation) (\S+)")
 _MISSING_RELATION = re.compile(r'relation "([^"]+)" does not exist')
@@ -35,6 +55,18 @@ _MISSING_FUNCTION = re.compile(r"function ([\w.\"$]+)\(")
 
 def _is_internal(segment: str) -> bool:
     return bool(_INTERNAL.match(segment))
+
+
+def unwrap_cursor(text: str) -> tuple[str, str]:
+    """``'declare "SQL_CUR1" cursor with hold for SELECT 1'`` -> ('declare ... for ', 'SELECT 1');
+    ('', text) for any other statement."""
+    m = _DECLARE.match(text)
+    return (m.group(1), m.group(2)) if m else ("", text)
+
+
+def drop_inlined_casts(statement: str) -> str:
+    """The casts psqlODBC appends to the parameters it writes into a cursor's statement, removed."""
+    return _INLINED_CAST.sub(lambda m: m.group(1), statement)
 
 
 def split_driver_statements(text: str) -> tuple[list[str], str, list[str]]:
@@ -194,7 +226,10 @@ class _Session:
         head, statement, tail = split_driver_statements(text)
         if not statement:
             return _message(b"Q", body)
-        sql, extra = self._translate(statement)
+        cursor, statement = unwrap_cursor(statement)
+        if cursor and _is_internal(statement):  # the driver's own catalog query in a cursor
+            return _message(b"Q", body)
+        sql, extra = self._translate(drop_inlined_casts(statement) if cursor else statement)
         if sql is None:
             prefix = ";".join(head)
             return _message(b"Q", prefix.encode() + b"\0") if prefix else _message(b"S", b"")
@@ -202,19 +237,20 @@ class _Session:
         in_new_txn = any(h.strip().upper() == "BEGIN" for h in head) or self.fresh_txn
         if sql != "BEGIN" and not extra:
             self.fresh_txn = False
-        parts = [*head, sql, *(extra if in_new_txn else []), *tail]
+        parts = [*head, cursor + sql, *(extra if in_new_txn else []), *tail]
         return _message(b"Q", ";".join(parts).encode() + b"\0")
 
     def _parse(self, body: bytes) -> bytes | None:
         name_end = body.index(b"\0")
         query_end = body.index(b"\0", name_end + 1)
         text = body[name_end + 1 : query_end].decode()
-        if _is_internal(text):
+        cursor, statement = unwrap_cursor(text)
+        if _is_internal(statement):
             return _message(b"P", body)
-        sql, _extra = self._translate(text)
+        sql, _extra = self._translate(drop_inlined_casts(statement) if cursor else statement)
         if sql is None:
             return None
-        new_body = body[: name_end + 1] + sql.encode() + b"\0" + body[query_end + 1 :]
+        new_body = body[: name_end + 1] + (cursor + sql).encode() + b"\0" + body[query_end + 1 :]
         return _message(b"P", new_body)
 
     # -- server -> client -------------------------------------------------------------------

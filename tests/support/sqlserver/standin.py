@@ -26,9 +26,15 @@ ODBC_DRIVER = "PostgreSQL Unicode"  # Debian's psqlODBC (odbc-postgresql), regis
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
 
 # psqlODBC options: booleans as SQL_BIT (pyodbc bool, like SQL Server's bit), server-side
-# prepare (the proxy sees Parse messages with $n markers, never client-interpolated literals),
-# no declare/fetch cursors (every statement reaches the proxy as written), no SSL to the proxy.
-DRIVER_OPTIONS = "SSLmode=disable;BoolsAsChar=0;UseServerSidePrepare=1;UseDeclareFetch=0;Protocol=7.4-1"
+# prepare (statements other than SELECTs reach the proxy as Parse messages with $n markers, not
+# client-interpolated literals), no SSL to the proxy. SELECTs are read through the driver's
+# declare/fetch cursors, CURSOR_ROWS rows per FETCH: without them psqlODBC holds a query's whole
+# result in the client, where SQL Server's drivers stream it. The proxy unwraps the driver's
+# cursor statements (docs/sqlserver-standin.md).
+CURSOR_ROWS = 2000
+DRIVER_OPTIONS = (
+    f"SSLmode=disable;BoolsAsChar=0;UseServerSidePrepare=1;UseDeclareFetch=1;Fetch={CURSOR_ROWS};Protocol=7.4-1"
+)
 
 
 class SqlServerStandIn:

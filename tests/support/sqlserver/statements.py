@@ -126,7 +126,8 @@ def assert_valid_tsql(sql: str) -> None:
 
 
 class StatementRecorder:
-    """Every statement the proxy received from clients, in T-SQL form (``?`` markers)."""
+    """Every statement the proxy received from clients, in T-SQL form (``?`` markers; a SELECT's
+    parameters as psqlODBC wrote them into its cursor's statement)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

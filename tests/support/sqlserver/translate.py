@@ -1,10 +1,11 @@
 """T-SQL -> PostgreSQL for the stand-in (tests only).
 
 The proxy hands each product statement here (psqlODBC has already turned ``?`` markers into
-``$1..$n``). A few statement forms are rewritten explicitly (transaction control, isolation
-levels, EXEC of the CDC procedures, ALTER DATABASE settings, CREATE/ALTER TABLE with SQL Server
-types); everything else is parsed by sqlglot as T-SQL, adjusted on the syntax tree (identifiers,
-CDC table functions, CONVERT styles, binary literals, SQL Server types) and printed as PostgreSQL.
+``$1..$n``, or, in a SELECT it reads through a cursor, into literals). A few statement forms are
+rewritten explicitly (transaction control, isolation levels, EXEC of the CDC procedures, ALTER
+DATABASE settings, CREATE/ALTER TABLE with SQL Server types); everything else is parsed by sqlglot
+as T-SQL, adjusted on the syntax tree (identifiers, CDC table functions, CONVERT styles, binary
+literals, SQL Server types) and printed as PostgreSQL.
 A statement the stand-in cannot translate raises :class:`Untranslatable` naming it.
 """
 
