@@ -362,6 +362,53 @@ def fault(point: str, nth: int, action: str = "kill") -> str:
     return f"{point}:{action}:{nth}"
 
 
+#: Every boundary of a window that emits and stages incremental snapshot chunks.
+INCREMENTAL_FAULTS = [
+    ("incremental.chunk_staged", 1),
+    ("incremental.chunk_staged", 2),
+    ("window.read_done", 1),
+    ("sink.committed", 1),
+    ("operator.offset_saved", 1),
+    ("operator.pending_saved", 1),
+]
+
+
+def incremental_crashes(
+    capture: CrashCapture,
+    workload: Workload,
+    rng: random.Random,
+    *,
+    kills: int,
+    kill_span: tuple[float, float],
+    writer_rounds: int,
+) -> None:
+    """A running incremental snapshot's windows killed at every boundary and ``kills`` random
+    moments, a writer committing meanwhile; each recovered and checked, then the snapshot finished
+    and every table's history ``done``."""
+    cycles: list[dict] = [{"fault": fault(p, n)} for p, n in INCREMENTAL_FAULTS]
+    cycles += [{"kill_after": rng.uniform(*kill_span)} for _ in range(kills)]
+    rng.shuffle(cycles)
+    for cycle in cycles:
+        writer = workload.in_background(writer_rounds)
+        if "fault" in cycle:
+            result = capture.child("batch", fault=cycle["fault"])
+        else:
+            result = capture.child("batch", kill_after=cycle["kill_after"])
+        assert result.returncode in (-9, 0), result.describe()
+        writer.join()
+        capture.catch_up()
+        capture.verify(transactions=workload.transactions)
+    for _ in range(40):  # finish the snapshot
+        offset = capture.stored_offset()
+        if offset is not None and offset.incremental is not None and offset.incremental.idle:
+            break
+        capture.run("batch")
+    offset = capture.stored_offset()
+    assert offset is not None and offset.incremental is not None and offset.incremental.idle
+    assert {t.status for t in offset.incremental.history} == {"done"}, offset.incremental.summary()
+    capture.verify(transactions=workload.transactions)
+
+
 def snapshot_crash(capture: CrashCapture, workload: Workload, crash: dict) -> dict:
     """A new capture whose first snapshot is killed as ``crash`` says (``{"point", "nth"}`` or
     ``{"kill_after"}``); then recovered and checked. Returns the outcome and ``verify``'s counts."""

@@ -138,17 +138,6 @@ def test_stream_windows_killed_at_every_step_lose_and_duplicate_nothing(crash_so
     assert seen.counts is not None and seen.counts["transactions"] == writes.transactions
 
 
-# Every boundary of a window that emits and stages incremental snapshot chunks.
-INCREMENTAL_FAULTS = [
-    ("incremental.chunk_staged", 1),
-    ("incremental.chunk_staged", 2),
-    ("window.read_done", 1),
-    ("sink.committed", 1),
-    ("operator.offset_saved", 1),
-    ("operator.pending_saved", 1),
-]
-
-
 def test_an_incremental_snapshot_killed_at_every_step_loses_and_duplicates_nothing(crash_source, tmp_path):
     """The incremental snapshot's windows (chunks staged, emitted a window later, watermark rows in the
     signal table) killed at every boundary and at random moments, with a writer committing meanwhile."""
@@ -168,29 +157,7 @@ def test_an_incremental_snapshot_killed_at_every_step_loses_and_duplicates_nothi
     standin.execute_tsql(
         "INSERT INTO dbo.crash_signal (id, type, data) VALUES ('resnap-1', 'execute-snapshot', ?)", (signal,)
     )
-    rng = random.Random(_seed())
-    cycles = [{"fault": harness.fault(p, n)} for p, n in INCREMENTAL_FAULTS]
-    cycles += [{"kill_after": rng.uniform(0.5, 6.0)} for _ in range(2)]
-    rng.shuffle(cycles)
-    for cycle in cycles:
-        writer = writes.in_background(1)
-        if "fault" in cycle:
-            result = capture.child("batch", fault=cycle["fault"])
-        else:
-            result = capture.child("batch", kill_after=cycle["kill_after"])
-        assert result.returncode in (-9, 0), result.describe()
-        writer.join()
-        capture.catch_up()
-        capture.verify(transactions=writes.transactions)
-    for _ in range(30):  # finish the snapshot
-        offset = capture.stored_offset()
-        if offset is not None and offset.incremental is not None and offset.incremental.idle:
-            break
-        capture.run("batch")
-    offset = capture.stored_offset()
-    assert offset is not None and offset.incremental is not None and offset.incremental.idle
-    assert {t.status for t in offset.incremental.history} == {"done"}
-    capture.verify(transactions=writes.transactions)
+    harness.incremental_crashes(capture, writes, random.Random(_seed()), kills=2, kill_span=(0.5, 6.0), writer_rounds=1)
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 
     for table in KEYS:

@@ -41,6 +41,17 @@ def _incremental_rows(sink, table: str) -> list[dict]:
     return [e for e in events_of(sink, "shop", table) if e["op"] == "r" and e["source"]["snapshot"] == "incremental"]
 
 
+def _started(sqlserver_conn, tmp_path, name: str, customers: int, **settings):
+    """A shop with a signal table, a capture of it with ``settings``, and its first run (the snapshot)."""
+    standin, conn_id = sqlserver_conn
+    _shop_with_signal_table(standin, customers=customers)
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database, signal_table="dbo.cdc_signal", **settings)
+    dag = capture_dag(f"{name}_{standin.database}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    return standin, dag, errors
+
+
 def _until_finished(dag, errors, table: str, start_hour: int, *, between=None, limit: int = 12) -> list[dict]:
     """Run windows until ``table``'s incremental snapshot is done and nothing is staged; their summaries."""
     summaries = []
@@ -96,19 +107,9 @@ class Writer(threading.Thread):
 
 
 def test_a_signal_row_snapshots_a_table_in_chunks_while_writers_change_it(sqlserver_conn, tmp_path):
-    standin, conn_id = sqlserver_conn
-    _shop_with_signal_table(standin, customers=60)
-    errors: dict = {}
-    capture = make_capture(
-        conn_id,
-        tmp_path,
-        standin.database,
-        signal_table="dbo.cdc_signal",
-        incremental_chunk_size=7,
-        incremental_chunks_per_run=3,
+    standin, dag, errors = _started(
+        sqlserver_conn, tmp_path, "ss_incr", 60, incremental_chunk_size=7, incremental_chunks_per_run=3
     )
-    dag = capture_dag(f"ss_incr_{standin.database}", capture, errors)
-    assert af.run(dag, 0, errors=errors).state == "success", errors
 
     _signal(standin, "snap-1", "execute-snapshot", {"data-collections": ["dbo.customers"], "type": "incremental"})
     _signal(standin, "log-1", "log", {"message": "signals arrive in commit order at {}"})
@@ -183,19 +184,9 @@ def test_an_airflow_signal_and_a_table_that_joins_later_with_insert_delete_water
 
 
 def test_a_bad_condition_fails_its_table_only_and_a_late_capture_job_fails_the_window(sqlserver_conn, tmp_path):
-    standin, conn_id = sqlserver_conn
-    _shop_with_signal_table(standin, customers=12)
-    errors: dict = {}
-    capture = make_capture(
-        conn_id,
-        tmp_path,
-        standin.database,
-        signal_table="dbo.cdc_signal",
-        incremental_chunk_size=5,
-        incremental_watermark_wait_seconds=3,
+    standin, dag, errors = _started(
+        sqlserver_conn, tmp_path, "ss_incr_bad", 12, incremental_chunk_size=5, incremental_watermark_wait_seconds=3
     )
-    dag = capture_dag(f"ss_incr_bad_{standin.database}", capture, errors)
-    assert af.run(dag, 0, errors=errors).state == "success", errors
     _signal(
         standin,
         "bad-1",
