@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.value_modes import ValueModes
@@ -43,6 +44,11 @@ class EventContext:
     database: str
     window_id: str
     ts_ms: int  # the window's planned time: fixed, so a re-run writes identical rows
+
+    @classmethod
+    def of_window(cls, topic_prefix: str, database: str, window: Any) -> EventContext:
+        """The context of ``window`` (a :class:`~cdc.window.Window`)."""
+        return cls(topic_prefix=topic_prefix, database=database, window_id=window.window_id, ts_ms=window.planned_at_ms)
 
 
 def read_event_ts_ms(context: EventContext, source: dict) -> int:

@@ -146,16 +146,23 @@ class IncrementalRun:
         self,
         reader: ChunkReader | None,
         *,
+        writer: Any,
+        sink: Any,
         encoder_for: Callable[[Any], Any],
         emit: Callable[[StagedChunk, pa.Array], pa.RecordBatch],
         window_id: str,
-        write: Callable[[Topic, list[pa.RecordBatch]], None],
-        stage: Callable[[TableRef, pa.RecordBatch], str],
-        read_dataset: Callable[[str, str], pa.Table],
         position: str,
     ) -> dict[str, Any]:
         """Emit the previous window's chunks, apply signals, read new chunks; returns the stats.
-        (``reader`` None: the source cannot read chunks as configured, see ``Capture.incremental_unavailable``.)"""
+        Chunks are written and staged with the window (``writer``); the previous window's staged
+        chunks are read back from the ``sink``. (``reader`` None: the source cannot read chunks as
+        configured, see ``Capture.incremental_unavailable``.)"""
+        write = writer.write_batches
+        stage = stage_into(writer, self.topic_prefix)
+
+        def read_dataset(path: str, chunk_id: str) -> pa.Table:
+            return read_staged(sink, path, chunk_id)
+
         prefix = self.topic_prefix
         for chunk, batch, superseded in iter_chunk_events(self.state.staged, self.watch, emit, read_dataset):
             if batch.num_rows:
@@ -204,30 +211,6 @@ class IncrementalRun:
         state = replace(state, unresolved_xids=self.visibility.carried())
         self.state = state
         return {"incremental": state.to_dict(), "incremental_run": {**self.counts, "notes": self.notes}}
-
-    def finish_window(
-        self,
-        reader: ChunkReader | None,
-        *,
-        writer: Any,
-        sink: Any,
-        encoder_for: Callable[[Any], Any],
-        emit: Callable[[StagedChunk, pa.Array], pa.RecordBatch],
-        window_id: str,
-        position: str,
-    ) -> dict[str, Any]:
-        """:meth:`finish` with the window's writer and sink: chunks are written and staged with the
-        window, and the previous window's staged chunks are read back from the sink."""
-        return self.finish(
-            reader,
-            encoder_for=encoder_for,
-            emit=emit,
-            window_id=window_id,
-            write=writer.write_batches,
-            stage=stage_into(writer, self.topic_prefix),
-            read_dataset=lambda path, chunk_id: read_staged(sink, path, chunk_id),
-            position=position,
-        )
 
 
 # -- the staged chunks in the sink -----------------------------------------------------------------

@@ -18,6 +18,9 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 
 log = logging.getLogger(__name__)
 
+#: What a window job gets to make its Spark session (only when it needs one).
+SparkProvider = Callable[[], Any]
+
 # connector -> (job spec class, job entry point), as "module:name"
 _SOURCES = {
     "postgresql": (
@@ -51,7 +54,7 @@ def spec_from_json(text: str) -> Any:
     return _load(_entry(connector)[0]).from_json(text)
 
 
-def run_window_job(spec: Any, spark_provider: Callable[[], Any] | None = None) -> Any:
+def run_window_job(spec: Any, spark_provider: SparkProvider | None = None) -> Any:
     """Run the window of ``spec`` (any source's job spec) and return its commit-log entry."""
     return _load(_entry(spec.connector)[1])(spec, spark_provider)
 
@@ -82,7 +85,7 @@ def recorded_run(spec: Any) -> dict[str, Any]:
 
 def run_window(
     spec: Any,
-    spark_provider: Callable[[], Any] | None,
+    spark_provider: SparkProvider | None,
     *,
     snapshot: Callable[[Any, Callable[[], Any]], Any],
     stream: Callable[[Any, Callable[[], Any]], Any],

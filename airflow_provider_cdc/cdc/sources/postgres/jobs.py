@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.incremental_run import drop_emitted_chunks
-from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
+from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -47,8 +47,6 @@ from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 
 log = logging.getLogger(__name__)
 
-SparkProvider = Callable[[], Any]
-
 
 def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
     """Run the window of ``spec`` and return its commit-log entry."""
@@ -59,15 +57,6 @@ def _topics(spec: PostgresJobSpec, tables: Any) -> list[Topic]:
     topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
     prefix = spec.topic_prefix
     return [*topics, Topic.transactions(prefix), Topic.messages(prefix), Topic.gaps(prefix)]
-
-
-def _context(spec: PostgresJobSpec) -> EventContext:
-    return EventContext(
-        topic_prefix=spec.topic_prefix,
-        database=spec.connection.dbname,
-        window_id=spec.window.window_id,
-        ts_ms=spec.window.planned_at_ms,
-    )
 
 
 def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
@@ -90,7 +79,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
         writer = sink.open_window(window, [*_topics(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
-        context = _context(spec)
+        context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
         collector = WindowCollector(
             window=window,
             tables=tables,
@@ -119,7 +108,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
                     collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
             stats = collector.finish()
             faults.point("window.read_done")
-            incremental_stats = incremental.finish_window(
+            incremental_stats = incremental.finish(
                 PgChunkReader(catalog, Watermarks(spec.incremental_watermarks, spec.signal_table)),
                 encoder_for=lambda table: TableEncoder(table, table.columns, spec.events),
                 emit=lambda chunk, rows: emit_chunk(chunk, rows, context),
@@ -185,7 +174,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
     writer = sink.open_window(spec.window, _topics(spec, tables))
     spark = spark_provider()
-    context = _context(spec)
+    context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
     rows: dict[str, int] = {}
     with ReplicationConnection(info) as replication:
         creation = replication.create_slot(_temporary_slot_name(), temporary=True, export_snapshot=True)

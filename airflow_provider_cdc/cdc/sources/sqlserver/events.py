@@ -22,7 +22,6 @@ from airflow_provider_cdc.cdc.envelope import (
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
     UNCHANGED_LIST,
-    Op,
 )
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
@@ -127,17 +126,9 @@ def read_events(
     encoder: TableEncoder, values: Sequence[Sequence[Any]], source: dict[str, Any], context: EventContext
 ) -> pa.RecordBatch:
     """``op = r`` events of rows read by a query (snapshot, incremental chunk): one ``source``."""
-    layout = encoder.layout
-    after = layout.value_struct(encoder.typed(values), None)
-    n = len(after)
-    return layout.assemble(
-        before=pa.nulls(n, layout.value_type),
-        after=after,
-        source=pa.repeat(pa.scalar(source, SOURCE_BLOCK), n),
-        op=pa.repeat(pa.scalar(Op.READ), n),
-        ts_ms=read_event_ts_ms(context, source),
-        transaction=None,
-        window_id=context.window_id,
+    after = encoder.layout.value_struct(encoder.typed(values), None)
+    return encoder.layout.query_events(
+        after, source, ts_ms=read_event_ts_ms(context, source), window_id=context.window_id
     )
 
 

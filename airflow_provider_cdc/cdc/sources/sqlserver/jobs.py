@@ -6,14 +6,13 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext
 from airflow_provider_cdc.cdc.incremental_run import IncrementalRun, drop_emitted_chunks
-from airflow_provider_cdc.cdc.jobs import recorded_run, run_window
+from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -42,7 +41,6 @@ from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
 
 log = logging.getLogger(__name__)
-SparkProvider = Callable[[], Any]
 
 
 def run_job(spec: SqlServerJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
@@ -57,15 +55,6 @@ def _with_password(spec: SqlServerJobSpec) -> SqlServerJobSpec:
     if spec.connection.password is not None:
         return spec
     return replace(spec, connection=spec.connection.with_password_from_env())
-
-
-def _context(spec: SqlServerJobSpec) -> EventContext:
-    return EventContext(
-        topic_prefix=spec.topic_prefix,
-        database=spec.connection.database,
-        window_id=spec.window.window_id,
-        ts_ms=spec.window.planned_at_ms,
-    )
 
 
 def _topics(spec: SqlServerJobSpec) -> list[Topic]:
@@ -93,6 +82,7 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
     conn = connect(info)
     try:
         tables = _describe(conn, spec, with_signal_table=True)
+        source_state = _source_state(spec, tables)
         ranges = instance_ranges(list(tables.values()), low, high)
         check_retention(conn, ranges, set(spec.known_instances), spec.known_starts)
         ranges = readable(ranges)
@@ -110,7 +100,7 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             options=spec.options,
             positions=SqlServerChunkPositions(),
         )
-        context = _context(spec)
+        context = EventContext.of_window(spec.topic_prefix, spec.connection.database, spec.window)
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
         writer = sink.open_window(window, [*_topics(spec), *incremental.staged_topics])
         reader = WindowReader(
@@ -134,8 +124,8 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             stats = reader.read(rows, window)
             faults.point("window.read_done")
             # The cleanup job may have purged rows while they were read: the result would have a hole.
-            check_retention(conn, ranges, {r.instance.name for r in ranges}, _source_state(spec, tables)["starts"])
-            incremental_stats = incremental.finish_window(
+            check_retention(conn, ranges, {r.instance.name for r in ranges}, source_state["starts"])
+            incremental_stats = incremental.finish(
                 _chunk_reader(conn, spec, tables),
                 encoder_for=lambda table: TableEncoder(table, table.columns, spec.events),
                 emit=lambda chunk, rows: emit_chunk(chunk, rows, context),
@@ -159,7 +149,7 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             "chunks": stats.chunks,
             "key_changes": stats.key_changes,
             # The instances the tables have now (an old one dropped after a switch is gone from here).
-            "source_state": _source_state(spec, tables),
+            "source_state": source_state,
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
             **incremental_stats,
@@ -229,7 +219,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
     faults.point("snapshot.exported")
     sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
     writer = sink.open_window(spec.window, _topics(spec))
-    context = _context(spec)
+    context = EventContext.of_window(spec.topic_prefix, spec.connection.database, spec.window)
     rows: dict[str, int] = {}
     try:
         for name, table in tables.items():
