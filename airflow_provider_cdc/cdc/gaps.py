@@ -17,7 +17,7 @@ import pyarrow as pa
 
 #: PostgreSQL: the slot is gone, its WAL was removed, or it moved past the offset; SQL Server: the
 #: cleanup job purged unread change rows, or a capture instance was disabled.
-GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead", "changes_purged", "instance_missing")
+GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead", "changes_purged", "instance_missing", "slot_expired")
 
 GAP_SCHEMA = pa.schema(
     [

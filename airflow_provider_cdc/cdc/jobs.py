@@ -31,6 +31,10 @@ _SOURCES = {
         "airflow_provider_cdc.cdc.sources.sqlserver.spec:SqlServerJobSpec",
         "airflow_provider_cdc.cdc.sources.sqlserver.jobs:run_job",
     ),
+    "yugabytedb": (
+        "airflow_provider_cdc.cdc.sources.yugabyte.spec:YugabyteJobSpec",
+        "airflow_provider_cdc.cdc.sources.yugabyte.jobs:run_job",
+    ),
 }
 
 

@@ -32,7 +32,7 @@ from airflow_provider_cdc.cdc.sources.postgres.types import BPCHAR, NAME, TEXT, 
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
-    from airflow_provider_cdc.cdc.sources.postgres.snapshot import BlockRange
+    from airflow_provider_cdc.cdc.sources.postgres.snapshot import PartitionRange
 
 #: Types whose binary send form is their text output (``textsend`` and friends).
 SENT_AS_TEXT = frozenset({TEXT, VARCHAR, BPCHAR, NAME})
@@ -77,7 +77,8 @@ class CopyPlan:
             )
         )
 
-    def statement(self, encoder: TableEncoder, block_range: BlockRange):  # -> sql.Composed
+    def statement(self, encoder: TableEncoder, block_range: PartitionRange):  # -> sql.Composed
+        """The COPY of one partition (``block_range.conditions()``: its WHERE terms)."""
         from psycopg import sql
 
         selected = []
@@ -88,11 +89,7 @@ class CopyPlan:
             elif route == Route.FORMAT:
                 name = sql.SQL("CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.format('%s', {0}) END").format(name)
             selected.append(name)
-        where = []
-        if block_range.first > 0:
-            where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({block_range.first},0)")))
-        if block_range.end is not None:
-            where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({block_range.end},0)")))
+        where = block_range.conditions()
         condition = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
         return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT binary)").format(
             sql.SQL(", ").join(selected), pg_identifier(encoder.table.ref), condition

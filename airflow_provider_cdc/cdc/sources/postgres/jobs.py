@@ -12,13 +12,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError
 from airflow_provider_cdc.cdc.incremental_run import drop_emitted_chunks
 from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
@@ -53,34 +54,57 @@ def run_job(spec: PostgresJobSpec, spark_provider: SparkProvider | None = None) 
     return run_window(spec, spark_provider, snapshot=_run_snapshot, stream=_run_stream)
 
 
-def _topics(spec: PostgresJobSpec, tables: Any) -> list[Topic]:
+def topics_of(spec: PostgresJobSpec, tables: Any) -> list[Topic]:
+    """The datasets a window of ``spec`` writes: one per table, then the side tables."""
     topics = [Topic.for_table(spec.topic_prefix, ref.schema, ref.name) for ref in tables]
     prefix = spec.topic_prefix
     return [*topics, Topic.transactions(prefix), Topic.messages(prefix), Topic.gaps(prefix)]
 
 
+@dataclass(frozen=True)
+class StreamFlavour:
+    """What a stream window's job does differently on a PostgreSQL-protocol source (YugabyteDB):
+    how the source is checked before reading (and the window's end made visible), which collector
+    reads the frames, and the ``START_REPLICATION`` options."""
+
+    check_source: Callable[[Any, Any], dict]
+    collector: type[WindowCollector] = WindowCollector
+    start_options: tuple[tuple[str, str], ...] = (("messages", "true"),)
+    incremental: bool = True  # the source runs incremental snapshots (needs pg_current_snapshot())
+    start_error: Callable[[str, Exception], Exception] | None = None  # classify a failed START_REPLICATION
+
+
 def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    return run_stream(spec, spark_provider, StreamFlavour(check_source=_check_stream_source))
+
+
+def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: StreamFlavour) -> CommitEntry:
+    """Read one stream window from the slot into the sink and publish its commit-log entry."""
     info = spec.connection
     window = spec.window
     assert window.from_lsn is not None and window.to_lsn is not None
     # This session also resolves the types of columns added while the window is read.
     with connect(info) as catalog:
-        tables = _check_stream_source(catalog, spec)
+        tables = flavour.check_source(catalog, spec)
         # Transactions still in flight now may commit inside this window unseen by a chunk read
         # at its end (see IncrementalRun.unseen).
-        baseline = XidSnapshot.parse(catalog.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+        baseline = (
+            XidSnapshot.parse(catalog.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+            if flavour.incremental
+            else XidSnapshot.parse("1:1:")
+        )
         log.info(
-            "reading %s from slot %r (%d bytes of WAL)",
+            "reading %s from slot %r (%d positions)",
             window.describe(),
             spec.slot_name,
             window.to_lsn - window.from_lsn,
         )
         incremental = incremental_run(spec, tables, baseline)
         sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
-        writer = sink.open_window(window, [*_topics(spec, incremental.tables), *incremental.staged_topics])
+        writer = sink.open_window(window, [*topics_of(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
         context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
-        collector = WindowCollector(
+        collector = flavour.collector(
             window=window,
             tables=tables,
             context=context,
@@ -95,15 +119,17 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
         try:
             if not window.is_empty_range:
                 with ReplicationConnection(info) as replication:
-                    replication.start_logical(
-                        spec.slot_name,
-                        window.from_lsn,
-                        {
-                            "proto_version": "1",
-                            "publication_names": quote_ident(spec.publication_name),
-                            "messages": "true",
-                        },
-                    )
+                    options = {
+                        "proto_version": "1",
+                        "publication_names": quote_ident(spec.publication_name),
+                        **dict(flavour.start_options),
+                    }
+                    try:
+                        replication.start_logical(spec.slot_name, window.from_lsn, options)
+                    except CdcError as exc:
+                        if flavour.start_error is None:
+                            raise
+                        raise flavour.start_error(spec.slot_name, exc) from None
                     faults.point("window.streaming")
                     collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
             stats = collector.finish()
@@ -133,6 +159,7 @@ def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitE
             "key_changes": stats.key_changes,
             "seconds": round(time.monotonic() - stats.started, 3),
             "job_pid": os.getpid(),
+            **collector.extra_stats(),
             **incremental_stats,
             **recorded_run(spec),
         },
@@ -172,7 +199,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
         tables = admin.describe_tables(conn, list(spec.tables))
     encoders = {ref: TableEncoder(table, table.columns, spec.events) for ref, table in tables.items()}
     sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
-    writer = sink.open_window(spec.window, _topics(spec, tables))
+    writer = sink.open_window(spec.window, topics_of(spec, tables))
     spark = spark_provider()
     context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
     rows: dict[str, int] = {}

@@ -3,9 +3,10 @@
 Hand-written on psycopg 3's libpq binding (``psycopg.pq``) because psycopg 3 has no replication
 API, and psycopg2's ``ReplicationCursor`` confirms ``flush_lsn = wal_end`` on its own whenever a
 keepalive arrives and no unconfirmed data was received: it would acknowledge the slot past our
-window before the sink commit. This client never reports a flush position. Slots are
+window before the sink commit. This client never reports a flush position on its own. PostgreSQL slots are
 acknowledged only by ``pg_replication_slot_advance`` after the offset is durable (see
-``admin.advance_slot``).
+``admin.advance_slot``); YugabyteDB, which has no slot advance, through an explicit
+:meth:`ReplicationConnection.confirm_flush` after the offset is durable.
 
 Two uses: creating a (temporary) slot that exports a snapshot for the initial snapshot, and
 streaming a slot's changes from a start LSN.
@@ -87,14 +88,23 @@ class ReplicationConnection:
     # -- commands ---------------------------------------------------------------------------
 
     def create_slot(
-        self, name: str, *, plugin: str = "pgoutput", temporary: bool = False, export_snapshot: bool = False
+        self,
+        name: str,
+        *,
+        plugin: str = "pgoutput",
+        temporary: bool = False,
+        export_snapshot: bool = False,
+        options: tuple[str, ...] | None = None,
     ) -> SlotCreation:
         """``CREATE_REPLICATION_SLOT``. With ``export_snapshot`` the snapshot stays importable
-        (``SET TRANSACTION SNAPSHOT``) until this connection runs another command or closes."""
+        (``SET TRANSACTION SNAPSHOT``) until this connection runs another command or closes.
+        ``options`` replaces the snapshot keyword with the given legacy keywords (YugabyteDB's
+        ``HYBRID_TIME USE_SNAPSHOT``)."""
+        keywords = options if options is not None else ("EXPORT_SNAPSHOT" if export_snapshot else "NOEXPORT_SNAPSHOT",)
         command = (
             f"CREATE_REPLICATION_SLOT {quote_ident(name)}"
             f"{' TEMPORARY' if temporary else ''} LOGICAL {quote_ident(plugin)}"
-            f" {'EXPORT_SNAPSHOT' if export_snapshot else 'NOEXPORT_SNAPSHOT'}"
+            f"{''.join(' ' + k for k in keywords)}"
         )
         result = self._execute(command)
         return SlotCreation(
@@ -103,6 +113,11 @@ class ReplicationConnection:
             snapshot_name=result[2].decode() if result[2] else None,
             plugin=result[3].decode(),
         )
+
+    def identify_system(self) -> tuple[str, str | None]:
+        """``IDENTIFY_SYSTEM``: (system identifier, database)."""
+        row = self._execute("IDENTIFY_SYSTEM")
+        return (row[0] or b"").decode(), None if len(row) < 4 or row[3] is None else row[3].decode()
 
     def start_logical(self, slot: str, start_lsn: int, options: dict[str, str]) -> None:
         """``START_REPLICATION SLOT ... LOGICAL``; the server skips transactions that committed
@@ -188,6 +203,18 @@ class ReplicationConnection:
             if self._streaming:
                 self._conn.put_copy_data(message)
                 self._conn.flush()
+
+    def confirm_flush(self, flush_lsn: int) -> None:
+        """A standby status update reporting ``flush_lsn`` as flushed: the acknowledgement of a
+        source without ``pg_replication_slot_advance`` (YugabyteDB), sent only after the sink
+        commit and the offset save. PostgreSQL captures never call it."""
+        now = int(time.time() * 1_000_000) - PG_EPOCH_OFFSET_US
+        message = _STATUS_UPDATE.pack(b"r", flush_lsn, flush_lsn, flush_lsn, now, 0)
+        with self._lock:
+            if not self._streaming:
+                raise CdcError("confirm_flush needs a streaming replication connection")
+            self._conn.put_copy_data(message)
+            self._conn.flush()
 
     def close(self) -> None:
         self._stop_keeper.set()

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -48,12 +48,28 @@ class SnapshotPoint:
     ts_ms: int
 
 
+class PartitionRange(Protocol):
+    """One partition of a table's snapshot read: the WHERE terms that select it."""
+
+    def conditions(self) -> list[Any]: ...  # psycopg sql.Composable terms, ANDed
+
+
 @dataclass(frozen=True)
 class BlockRange:
     """Heap blocks ``[first, end)`` of one table; ``end`` None means "to the end"."""
 
     first: int
     end: int | None
+
+    def conditions(self) -> list[Any]:
+        from psycopg import sql
+
+        where = []
+        if self.first > 0:
+            where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({self.first},0)")))
+        if self.end is not None:
+            where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({self.end},0)")))
+        return where
 
 
 def import_snapshot(conn: Any, snapshot_name: str) -> None:
@@ -117,16 +133,23 @@ def read_partition(
     info: PgConnectionInfo,
     point: SnapshotPoint,
     table: TableInfo,
-    block_range: BlockRange,
+    block_range: PartitionRange,
     context: EventContext,
     settings: EventSettings,
+    *,
+    enter_snapshot: Callable[[Any, SnapshotPoint], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """``op = r`` event batches for one block range, read inside the exported snapshot."""
+    """``op = r`` event batches for one partition, read inside the snapshot: the exported one
+    (:func:`import_snapshot`), or whatever ``enter_snapshot(conn, point)`` begins (YugabyteDB
+    reads at a hybrid time instead)."""
     import psycopg
 
     encoder = TableEncoder(table, table.columns, settings)
     with psycopg.connect(info.conninfo(), autocommit=True) as conn:
-        import_snapshot(conn, point.snapshot_name)
+        if enter_snapshot is None:
+            import_snapshot(conn, point.snapshot_name)
+        else:
+            enter_snapshot(conn, point)
         plan = CopyPlan.of(conn, encoder)
         events = SnapshotBatches(
             encoder, context=context, snapshot_lsn=point.lsn, snapshot_xmin=point.xmin, snapshot_ts_ms=point.ts_ms

@@ -212,6 +212,10 @@ class WindowCollector:
             pass  # types resolve through the catalog; origins are not part of events
         return False
 
+    def extra_stats(self) -> dict[str, int]:
+        """What a source's collector adds to the commit entry's stats (nothing for PostgreSQL)."""
+        return {}
+
     def finish(self) -> StreamStats:
         if self._tx is not None:
             raise DecodingError(f"the stream ended inside transaction {self._tx.xid}")

@@ -1,0 +1,427 @@
+"""A YugabyteDB capture (logical replication, ``yboutput``): the PostgreSQL capture with YugabyteDB's
+differences.
+
+``YugabyteCapture`` is what DAG authors write; :class:`YugabyteRun` is one run's session. What
+differs from PostgreSQL (docs/yugabytedb.md): a window ends at a hybrid time read at run start
+and a fence row committed after it; the slot is acknowledged on a replication connection after
+the offset is saved; a snapshot re-creates the slot (``USE_SNAPSHOT``) and reads at its consistent
+hybrid time; the slot expires when it is not read for ``intent_retention_ms``; there are no
+logical messages and no truncates.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_cdc.captures.base import SourceRun
+from airflow_provider_cdc.captures.postgres import PostgresCapture
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
+from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.sinks.storage import check_writable
+from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
+from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning
+from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
+from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
+from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
+from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.offsets.base import peek_offset
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.hooks.yugabyte_cdc import YugabyteCdcHook
+
+log = logging.getLogger(__name__)
+
+_PROCEDURE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*$")
+#: YugabyteDB's default cdc_intent_retention_ms (8 h since v2024.2.1; 4 h before).
+DEFAULT_INTENT_RETENTION_MS = 8 * 3600 * 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class YugabyteCapture(PostgresCapture):
+    """Configuration of one YugabyteDB capture. See docs/yugabytedb.md for every field."""
+
+    OFFSET_TYPE: ClassVar[type[CaptureOffset]] = YugabyteOffset
+    SOURCE_NAME = "YugabyteDB"
+    DEFAULT_WATERMARKS: ClassVar[str] = "insert_insert"
+
+    postgres_conn_id: str = ""
+    # The Airflow connection (type postgres) of a YSQL endpoint; the same as postgres_conn_id.
+    yugabytedb_conn_id: str = ""
+    # The slot's LSN type: HYBRID_TIME (a commit's position is its commit hybrid time).
+    lsn_type: str = "HYBRID_TIME"
+    # Published, never captured: one fence row per window ends the window's read.
+    heartbeat_table: str = "public.airflow_cdc_heartbeat"
+    # Where the capture lock lives when the server has no advisory locks (before v2025.1).
+    lock_table: str = "public.airflow_cdc_locks"
+    # YugabyteDB's cdc_intent_retention_ms: a slot not read for this long expires.
+    intent_retention_ms: int = DEFAULT_INTENT_RETENTION_MS
+    # A SECURITY DEFINER procedure that sets yb_read_time, for a role that may not set it itself.
+    read_time_procedure: str | None = None
+    # How long to wait for YugabyteDB to consider the slot inactive before dropping it.
+    slot_drop_timeout_seconds: float = 360.0
+    # How long the acknowledgement may stream before it confirms what it has seen.
+    acknowledge_timeout_seconds: float = 120.0
+    incremental_watermarks: str = "insert_insert"
+
+    def validate_source(self) -> None:
+        if self.yugabytedb_conn_id and self.postgres_conn_id and self.yugabytedb_conn_id != self.postgres_conn_id:
+            raise CdcConfigurationError("give yugabytedb_conn_id or postgres_conn_id, not both")
+        self.postgres_conn_id = self.postgres_conn_id or self.yugabytedb_conn_id
+        if not self.postgres_conn_id:
+            raise CdcConfigurationError("yugabytedb_conn_id is required")
+        if self.lsn_type != "HYBRID_TIME":
+            raise CdcConfigurationError(
+                f"lsn_type {self.lsn_type!r} is not supported: windows end at a hybrid time, which needs "
+                "HYBRID_TIME slots (SEQUENCE slots are not supported yet)"
+            )
+        if self.message_prefix_include_list or self.message_prefix_exclude_list:
+            raise CdcConfigurationError(
+                "message_prefix_include_list / message_prefix_exclude_list: YugabyteDB never streams logical "
+                "messages (pg_logical_emit_message writes only the local PostgreSQL WAL)"
+            )
+        for name in ("heartbeat_table", "lock_table"):
+            try:
+                TableRef.parse(getattr(self, name), self.NAMES)
+            except CdcConfigurationError as exc:
+                raise CdcConfigurationError(f"{name} {getattr(self, name)!r} is invalid: {exc}") from None
+        if not isinstance(self.intent_retention_ms, int) or self.intent_retention_ms < 60_000:
+            raise CdcConfigurationError(
+                f"intent_retention_ms must be YugabyteDB's cdc_intent_retention_ms in milliseconds (at least "
+                f"60000), got {self.intent_retention_ms!r}"
+            )
+        if self.read_time_procedure is not None and not _PROCEDURE.match(self.read_time_procedure):
+            raise CdcConfigurationError(
+                f"read_time_procedure {self.read_time_procedure!r} must be a procedure name, optionally "
+                "schema-qualified (e.g. 'cdc.set_yb_read_time')"
+            )
+        super().validate_source()
+
+    @property
+    def heartbeat_table_ref(self) -> TableRef:
+        return TableRef.parse(self.heartbeat_table, self.NAMES)
+
+    @property
+    def lock_table_ref(self) -> TableRef:
+        return TableRef.parse(self.lock_table, self.NAMES)
+
+    def position(self, text: str) -> YbLsn:
+        return YbLsn(text)
+
+    def hook(self) -> YugabyteCdcHook:
+        from airflow_provider_cdc.hooks.yugabyte_cdc import YugabyteCdcHook
+
+        return YugabyteCdcHook(self.postgres_conn_id)
+
+    def incremental_unavailable(self) -> str | None:
+        return (
+            "incremental snapshots are not available on YugabyteDB yet (its transaction ids are per-slot "
+            "counters, so in-flight transactions cannot be told from a chunk read); run a full snapshot "
+            "(snapshot_mode='always' once) or set new_table_snapshot='fail'"
+        )
+
+    def readiness(self, sensor: Any, context: Any) -> Readiness:
+        """The server's hybrid time has passed the sensor's ``wait_until`` and the slot can deliver
+        (YugabyteDB cannot peek at a slot, so pending changes are not counted)."""
+        from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
+        from airflow_provider_cdc.operators.cdc import _utc_time
+
+        if getattr(sensor, "require_captured_change", False):
+            raise CdcConfigurationError(
+                "require_captured_change is not available on YugabyteDB: pending changes cannot be peeked "
+                "without consuming the slot"
+            )
+        status = self.hook().yb_slot_status(self.resolved_slot_name)
+        offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
+        return slot_readiness(
+            status,
+            self.resolved_slot_name,
+            wait_until=_utc_time(sensor.wait_until, sensor.task_id),
+            expires_ms=planning.expiry_ms(offset, self.intent_retention_ms),
+            now_ms=_now_ms(),
+        )
+
+    def readiness_trigger(self, sensor: Any, context: Any) -> Any:
+        raise CdcConfigurationError(
+            "the deferrable changes sensor is not available for YugabyteDB yet: use deferrable=False"
+        )
+
+    def identity(self, system_identifier: str, database: str) -> OffsetIdentity:
+        return OffsetIdentity(self.topic_prefix, system_identifier, database, self.resolved_slot_name)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "lsn_type": self.lsn_type, "heartbeat_table": self.heartbeat_table}
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def setup(self, log: logging.Logger) -> dict[str, Any]:
+        """Preflight, then idempotent creation of the heartbeat table and the publication (the slot
+        is created by the snapshot, which needs it fresh; with snapshot_mode='never', here)."""
+        from airflow_provider_cdc.offsets.base import load_offset
+
+        hook = self.hook()
+        server, tables, published = self._yb_preflight(hook)
+        load_offset(self.store(), self.topic_prefix)  # a state-table store creates its table
+        with hook.session() as conn:
+            admin.ensure_heartbeat_table(conn, self.heartbeat_table_ref)
+        publication = hook.ensure_publication(
+            self.resolved_publication_name, published, self.publication_autocreate_mode
+        )
+        slot_created = False
+        if self.snapshot_mode == "never":
+            with hook.session() as conn:
+                if admin.slot_status(conn, self.resolved_slot_name) is None:
+                    admin.create_slot(hook.connection_info, self.resolved_slot_name, self.lsn_type)
+                    slot_created = True
+        log.info(
+            "capture %s ready: publication %r %s, heartbeat table %s, %d table(s)",
+            self.topic_prefix,
+            self.resolved_publication_name,
+            publication,
+            self.heartbeat_table_ref,
+            len(tables),
+        )
+        return {
+            **self.describe(),
+            "publication_action": publication,
+            "slot_created": slot_created,
+            "server_version": server.version_num,
+            "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in tables.items()},
+        }
+
+    def _yb_preflight(self, hook: YugabyteCdcHook) -> tuple[pg_admin.ServerInfo, dict, list[TableRef]]:
+        problems = Problems("setup")
+        with problems.check():
+            check_writable(self.sink_path)
+        described: dict = {}
+        server = None
+        with hook.session() as conn:
+            with problems.check():
+                server = admin.server_info(conn, hook.connection_info)
+                problems.add(admin.check_server(server), heading="the server cannot do logical capture")
+            tables: tuple[TableRef, ...] = ()
+            with problems.check():
+                tables = self.resolve_tables(conn)
+            described, catalog_problems = pg_admin.find_tables(conn, list(tables))
+            for error, message in catalog_problems:
+                problems.add([message], error)
+            problems.add(admin.check_tables(conn, list(described.values())), heading="captured tables are not ready")
+            slot = admin.slot_status(conn, self.resolved_slot_name)
+            if slot is not None and server is not None:
+                problems.add(admin.slot_problems(slot, server.database, self.lsn_type))
+        for table in described.values():
+            with problems.check():
+                TableEncoder(table, table.columns, self.event_settings())
+        published = [*tables, self.heartbeat_table_ref]
+        store = self.store()
+        with problems.check():
+            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
+            if stored is not None and server is not None:
+                stored.check_identity(
+                    self.identity(server.system_identifier, server.database), source=store.describe(self.topic_prefix)
+                )
+        existing = [r for r in tables if r in described]
+        if existing:
+            problems.add(
+                hook.publication_problems(self.resolved_publication_name, existing, self.publication_autocreate_mode),
+                PublicationError,
+            )
+        problems.raise_if_any()
+        assert server is not None
+        return server, described, published
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def open_run(self, log: logging.Logger) -> Iterator[YugabyteRun]:
+        hook = self.hook()
+        with hook.session() as conn:
+            holder = admin.take_capture_lock(
+                conn, self.topic_prefix, info=hook.connection_info, lock_table=self.lock_table_ref
+            )
+            try:
+                server = admin.server_info(conn, hook.connection_info)
+                run = YugabyteRun(self, hook, conn, self.identity(server.system_identifier, server.database))
+                run.tables = self.resolve_tables(conn)
+                yield run
+            finally:
+                if not conn.closed:
+                    admin.release_capture_lock(conn, self.topic_prefix, holder)
+                elif holder is not None:
+                    holder.close()
+
+
+class YugabyteRun(SourceRun):
+    """One run's session with YugabyteDB, on the connection holding the capture lock."""
+
+    def __init__(self, capture: YugabyteCapture, hook: YugabyteCdcHook, conn: Any, identity: OffsetIdentity):
+        self.capture = capture
+        self.hook = hook
+        self.conn = conn
+        self.identity = identity
+        self.tables: tuple[TableRef, ...] = ()
+        self._snapshot_ht: int | None = None
+        self._slot_before: admin.YbSlotStatus | None = None
+
+    @property
+    def slot_name(self) -> str:
+        return self.capture.resolved_slot_name
+
+    def status(self) -> admin.YbSlotStatus | None:
+        return admin.slot_status(self.conn, self.slot_name)
+
+    def unavailable(self, offset: CaptureOffset | None, status: admin.YbSlotStatus | None) -> tuple[str, str] | None:
+        return planning.slot_unavailable(
+            offset, status, retention_ms=self.capture.intent_retention_ms, now_ms=_now_ms()
+        )
+
+    def prepare_snapshot(self, decision: SnapshotDecision, status: admin.YbSlotStatus | None) -> None:
+        """A fresh slot for every snapshot: YugabyteDB keeps the history a read at the slot's
+        consistent point needs only for a slot created with USE_SNAPSHOT, and the snapshot covers
+        every change the old slot still held."""
+        capture = self.capture
+        if status is not None:
+            log.warning("dropping slot %r to snapshot at a new one's consistent point", self.slot_name)
+            admin.drop_slot(self.conn, self.slot_name, timeout=capture.slot_drop_timeout_seconds)
+        _, self._snapshot_ht = admin.create_slot(self.hook.connection_info, self.slot_name, capture.lsn_type)
+        log.warning("created replication slot %r at hybrid time %d", self.slot_name, self._snapshot_ht)
+
+    def gap(
+        self, decision: SnapshotDecision, offset: CaptureOffset | None, status: admin.YbSlotStatus | None, now_ms: int
+    ) -> CaptureGap:
+        assert decision.gap_reason is not None
+        return CaptureGap(
+            reason=decision.gap_reason,
+            detail=decision.reason,
+            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
+            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
+            slot_confirmed_lsn=None
+            if status is None or status.confirmed_flush_lsn is None
+            else str(status.confirmed_flush_lsn),
+            wal_status=None,
+            detected_ts_ms=now_ms,
+        )
+
+    def plan_stream(
+        self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None
+    ) -> StreamPlan:
+        capture = self.capture
+        slot = admin.require_slot(self.conn, self.slot_name, self.identity.database, capture.lsn_type)
+        current = int(slot.current_ht)
+        if until is not None:
+            # The commits before ``until``: hybrid times below its own.
+            end = ht_from_datetime(until if until.tzinfo else until.replace(tzinfo=timezone.utc)) - 1
+            if end > current:
+                raise CdcConfigurationError(f"upto_time {until.isoformat()} is in the future of the server's clock")
+        elif requested is not None:
+            end = int(requested) - 1  # upto_lsn is the window's exclusive end, like every source
+        else:
+            end = current
+        self._slot_before = slot
+        plan = planning.plan_stream_window(
+            mode=capture.snapshot_mode,
+            offset=offset,  # type: ignore[arg-type]
+            slot=slot,
+            identity=self.identity,
+            end=end,
+            current=current,
+            now_ms=now_ms,
+            retention_ms=capture.intent_retention_ms,
+        )
+        # A commit after the end, so the window's reader stops (YugabyteDB's walsender never says
+        # it has caught up). A retry's window ended earlier: this row is after its end too.
+        admin.write_fence(self.conn, capture.heartbeat_table_ref, capture.topic_prefix, plan.window.window_id)
+        return plan
+
+    def heartbeat(self, query: str) -> None:
+        pg_admin.run_heartbeat(self.conn, query)
+
+    def acknowledge(self, position: Any) -> YbLsn | None:
+        flush = planning.acknowledged(int(position))
+        slot = self.status()
+        if slot is not None and slot.confirmed_flush_lsn is not None and slot.confirmed_flush_lsn >= flush:
+            return slot.confirmed_flush_lsn
+        admin.acknowledge(
+            self.hook.connection_info,
+            self.slot_name,
+            self.capture.resolved_publication_name,
+            flush,
+            timeout=self.capture.acknowledge_timeout_seconds,
+        )
+        after = self.status()
+        return None if after is None else after.confirmed_flush_lsn
+
+    def finish_landed(self, offset: CaptureOffset | None) -> None:
+        slot = self.status()
+        if slot is not None and offset is not None:
+            planning.check_slot_not_ahead(slot, offset)
+        if offset is not None and offset.lsn is not None and slot is not None:
+            confirmed = slot.confirmed_flush_lsn
+            if confirmed is None or confirmed < planning.acknowledged(offset.lsn):
+                self.acknowledge(offset.lsn)
+
+    def window_detail(self, window: Window, status: Any) -> str:
+        slot = self._slot_before
+        lag = None if slot is None else slot.ack_lag_ms
+        return f"; slot's last acknowledged commit {lag} ms before the run"
+
+    def lag(self) -> int | None:
+        """Milliseconds between now and the slot's last acknowledged commit."""
+        after = self.status()
+        return None if after is None else after.ack_lag_ms
+
+    def job_spec(
+        self,
+        window: Window,
+        offset: CaptureOffset | None,
+        *,
+        run: dict[str, Any] | None,
+        checkpoint: dict[str, Any] | None,
+        gap: CaptureGap | None = None,
+    ) -> YugabyteJobSpec:
+        capture = self.capture
+        snapshot_ht = self._snapshot_ht
+        if window.kind == "snapshot" and snapshot_ht is None:
+            slot = self.status()
+            snapshot_ht = None if slot is None else slot.restart_commit_ht
+        return YugabyteJobSpec(
+            topic_prefix=capture.topic_prefix,
+            connection=self.hook.connection_info,
+            slot_name=capture.resolved_slot_name,
+            publication_name=capture.resolved_publication_name,
+            tables=self.tables,
+            window=window,
+            sink_path=capture.sink_path,
+            previous_commit_lsn=offset.lsn_commit if offset else None,  # type: ignore[arg-type]
+            options=capture.capture_options(),
+            spark=capture.spark_options(),
+            events=capture.event_settings(),
+            incremental=None,
+            signal_table=capture.signal_table_ref,
+            incremental_watermarks=capture.incremental_watermarks,
+            run=run,
+            checkpoint=checkpoint,
+            gap=gap,
+            snapshot_ht=snapshot_ht if window.kind == "snapshot" else None,
+            read_time_procedure=capture.read_time_procedure,
+            lsn_type=capture.lsn_type,
+        )
+
+
+__all__ = ["YugabyteCapture", "YugabyteRun"]

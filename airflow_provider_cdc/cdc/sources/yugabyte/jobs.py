@@ -1,0 +1,142 @@
+"""Running one YugabyteDB window: the PostgreSQL source's jobs with YugabyteDB's differences.
+
+A stream window is PostgreSQL's stream job (:func:`..postgres.jobs.run_stream`) with the YugabyteDB
+collector (hybrid-time bounds, retransmitted transactions skipped, ``'u'`` columns) and no end
+marker message (YugabyteDB never streams logical messages: the capture's fence row, committed
+when the window was planned, ends the read). A snapshot reads every table in hash ranges at the
+slot's consistent hybrid time. Neither stores offsets nor acknowledges the slot.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from typing import Any
+
+from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError
+from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
+from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
+from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
+from airflow_provider_cdc.cdc.sources.postgres.connection import connect
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.jobs import StreamFlavour, run_stream, topics_of
+from airflow_provider_cdc.cdc.sources.postgres.snapshot import SnapshotPoint
+from airflow_provider_cdc.cdc.sources.yugabyte import admin
+from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_to_unix_us
+from airflow_provider_cdc.cdc.sources.yugabyte.snapshot import hash_range_file, plan_hash_ranges, read_hash_range
+from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
+from airflow_provider_cdc.cdc.sources.yugabyte.stream import YbWindowCollector
+
+log = logging.getLogger(__name__)
+
+
+def run_job(spec: YugabyteJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
+    """Run the window of ``spec`` and return its commit-log entry."""
+    return run_window(spec, spark_provider, snapshot=_run_snapshot, stream=_run_stream)
+
+
+def _start_error(slot: str, error: Exception) -> Exception:
+    return admin.stream_error(slot, str(error))
+
+
+STREAM = StreamFlavour(
+    check_source=lambda conn, spec: _check_stream_source(conn, spec),
+    collector=YbWindowCollector,
+    start_options=(),
+    incremental=False,
+    start_error=_start_error,
+)
+
+
+def _run_stream(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    return run_stream(spec, spark_provider, STREAM)
+
+
+def _check_stream_source(conn: Any, spec: YugabyteJobSpec) -> dict:
+    """Tables, publication and slot are as the window needs them (nothing is written: the fence row
+    was committed when the window was planned)."""
+    window = spec.window
+    tables = pg_admin.describe_tables(conn, list(spec.tables))
+    for table in tables.values():  # fail on bad filters or masks before reading anything
+        TableEncoder(table, table.columns, spec.events)
+    pg_admin.verify_publication(conn, spec.publication_name, list(spec.tables))
+    status = admin.require_slot(conn, spec.slot_name, spec.connection.dbname, spec.lsn_type)
+    assert window.from_lsn is not None
+    if status.confirmed_flush_lsn is not None and status.confirmed_flush_lsn >= window.from_lsn:
+        raise OffsetMismatchError(
+            f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, at or past the start "
+            f"of {window.describe()}: the window's changes are no longer in the slot"
+        )
+    return tables
+
+
+def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    info = spec.connection
+    started = time.monotonic()
+    if spec.snapshot_ht is None:
+        raise CdcError("a YugabyteDB snapshot job needs the slot's consistent hybrid time (snapshot_ht)")
+    ht = int(spec.snapshot_ht)
+    point = SnapshotPoint(str(ht), ht, None, ht_to_unix_us(ht) // 1000)
+    spark = spark_provider()
+    with connect(info) as conn:
+        tables = pg_admin.describe_tables(conn, list(spec.tables))
+        admin.enter_read_time(conn, ht, spec.read_time_procedure)  # fails early if the read time is refused
+        plans = {
+            ref: plan_hash_ranges(
+                conn,
+                table,
+                max_partitions=spec.options.snapshot_max_partitions,
+                parallelism=spark.sparkContext.defaultParallelism,
+            )
+            for ref, table in tables.items()
+        }
+        conn.execute("COMMIT")
+    encoders = {ref: TableEncoder(table, table.columns, spec.events) for ref, table in tables.items()}
+    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    writer = sink.open_window(spec.window, topics_of(spec, tables))
+    context = EventContext.of_window(spec.topic_prefix, info.dbname, spec.window)
+    log.info(
+        "snapshot at hybrid time %d; reading %d table(s) in %d partition(s)",
+        ht,
+        len(tables),
+        sum(len(p) for p in plans.values()),
+    )
+    faults.point("snapshot.exported")
+    rows: dict[str, int] = {}
+    for ref in tables:
+        topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
+        rows[topic.name] = write_partitions(
+            spark,
+            writer,
+            topic,
+            plans[ref],
+            functools.partial(
+                read_hash_range, info, point, spec.read_time_procedure, tables[ref], context, spec.events
+            ),
+            file_name=hash_range_file,
+            schema=encoders[ref].layout.schema,
+            local=sink.is_local,
+        )
+        log.info("snapshot of %s: %d rows", ref, rows[topic.name])
+        faults.point("snapshot.table_written")
+    if spec.gap is not None:
+        writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
+    # The stream continues with the commits after the consistent point.
+    return writer.commit(
+        spec.window.with_end(YbLsn(ht + 1)),
+        stats={
+            **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
+            "rows": rows,
+            "seconds": round(time.monotonic() - started, 3),
+            "snapshot_ht": ht,
+            "source_state": {"last_read_ms": int(time.time() * 1000)},  # the slot was created just now
+            "job_pid": os.getpid(),
+            **recorded_run(spec),
+        },
+    )

@@ -1,0 +1,118 @@
+"""Planning a YugabyteDB capture's run: the core's planning plus the slot, in hybrid times.
+
+A stream window holds the transactions whose commit position ``c`` is in ``[from, to)`` (the
+core's rule). With ``HYBRID_TIME`` slots a commit's position is its commit hybrid time, so a
+window that ends at hybrid time ``E`` (read at run start) has ``to = E + 1``; the next starts
+there. The slot is acknowledged with flush ``to - 1 = E`` (every transaction committed at or before
+``E`` landed); YugabyteDB restarts after the last transaction that flush covers.
+
+==========================  ==================================================================
+state found at run start    action
+==========================  ==================================================================
+slot behind offset          normal (an acknowledgement covers only transactions streamed on its
+                            connection): the window's reader skips what comes back
+slot ahead of offset        something else acknowledged the slot: fail (data skipped)
+slot missing                fail, or re-snapshot when ``snapshot_mode='when_needed'``
+slot expired                not read for ``intent_retention_ms`` (YugabyteDB's
+                            ``cdc_intent_retention_ms``): as missing
+==========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from airflow_provider_cdc.cdc import planning as core
+from airflow_provider_cdc.cdc.errors import OffsetMismatchError, WalLostError
+from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning import StreamPlan
+from airflow_provider_cdc.cdc.sources.yugabyte.admin import YbSlotStatus
+from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
+
+
+def last_read_ms(offset: CaptureOffset | None) -> int | None:
+    """When the capture last read the slot (YugabyteDB's expiry timer restarts on every read)."""
+    if offset is None:
+        return None
+    state = offset.extra.get("source_state") or {}
+    value = state.get("last_read_ms")
+    return None if value is None else int(value)
+
+
+def expiry_ms(offset: CaptureOffset | None, retention_ms: int) -> int | None:
+    """When the slot expires if it is not read again (None: never read by this capture)."""
+    read = last_read_ms(offset)
+    return None if read is None else read + retention_ms
+
+
+def acknowledged(position: int) -> int:
+    """The flush that acknowledges everything before window end ``position`` (exclusive)."""
+    return position - 1
+
+
+def slot_unavailable(
+    offset: CaptureOffset | None, slot: YbSlotStatus | None, *, retention_ms: int, now_ms: int
+) -> tuple[str, str] | None:
+    """Can the slot still deliver the changes after the stored offset? ``(gap reason, why)`` if not."""
+    if slot is None:
+        return "slot_missing", "the replication slot is missing"
+    expires = expiry_ms(offset, retention_ms)
+    if expires is not None and now_ms > expires:
+        return (
+            "slot_expired",
+            f"the slot was last read {(now_ms - expires + retention_ms) / 3_600_000:.1f} h ago, longer than the "
+            f"intent retention ({retention_ms / 3_600_000:.1f} h): YugabyteDB has expired it",
+        )
+    if (
+        offset is not None
+        and offset.lsn is not None
+        and slot.confirmed_flush_lsn is not None
+        and slot.confirmed_flush_lsn > acknowledged(offset.lsn)
+    ):
+        return "slot_ahead", f"the slot ({slot.confirmed_flush_lsn}) moved past the stored offset ({offset.lsn})"
+    return None
+
+
+def check_slot_not_ahead(slot: YbSlotStatus, offset: CaptureOffset) -> None:
+    confirmed = slot.confirmed_flush_lsn
+    if confirmed is not None and offset.lsn is not None and confirmed > acknowledged(offset.lsn):
+        raise OffsetMismatchError(
+            f"replication slot {slot.slot_name!r} is confirmed up to {confirmed}, past the stored offset "
+            f"{offset.lsn}: something else consumed the slot, and the changes in between were never captured. "
+            "Re-snapshot (snapshot_mode='when_needed' or 'always')."
+        )
+
+
+def plan_stream_window(
+    *,
+    mode: str,
+    offset: YugabyteOffset | None,
+    slot: YbSlotStatus,
+    identity: OffsetIdentity,
+    end: int,
+    current: int,
+    now_ms: int,
+    retention_ms: int,
+) -> StreamPlan:
+    """The next stream window, ending after the commits at or before hybrid time ``end``."""
+    notes: list[str] = []
+    expired = slot_unavailable(offset, slot, retention_ms=retention_ms, now_ms=now_ms)
+    if expired is not None and expired[0] == "slot_expired":
+        raise WalLostError(
+            f"replication slot {slot.slot_name!r} has most likely expired: {expired[1]}. Changes since the last "
+            "window are gone; re-snapshot with snapshot_mode='when_needed' (or 'always')"
+        )
+    start = YbLsn((slot.restart_commit_ht or 0) + 1)
+    offset = core.stream_start(
+        mode, offset, identity, offset_type=YugabyteOffset, start=start, start_name="the slot's restart point"
+    ).note_into(notes)
+    assert offset.lsn is not None
+    check_slot_not_ahead(slot, offset)
+    window, offset = core.plan_window(
+        offset,
+        target=YbLsn(end + 1),
+        current=YbLsn(current + 1),
+        now_ms=now_ms,
+        notes=notes,
+        current_name="current hybrid time",
+    )
+    return StreamPlan(window, offset, None, tuple(notes))

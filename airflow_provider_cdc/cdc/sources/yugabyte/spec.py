@@ -1,0 +1,53 @@
+"""The job spec of a YugabyteDB window: PostgreSQL's, with YugabyteDB's positions and read time.
+
+The password is never in it (:class:`PgConnectionInfo` leaves it out of ``to_dict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
+from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+from airflow_provider_cdc.cdc.spec import common_from_json, common_to_dict
+
+
+@dataclass(frozen=True)
+class YugabyteJobSpec(PostgresJobSpec):
+    # A snapshot reads at this hybrid time (the slot's consistent point); None for stream windows.
+    snapshot_ht: int | None = None
+    # The SECURITY DEFINER procedure that sets yb_read_time for a role that may not set it.
+    read_time_procedure: str | None = None
+    lsn_type: str = "HYBRID_TIME"
+
+    connector = "yugabytedb"
+    default_watermarks = "insert_insert"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **common_to_dict(self),
+            "connection": self.connection.to_dict(),
+            "slot_name": self.slot_name,
+            "publication_name": self.publication_name,
+            "previous_commit_lsn": None if self.previous_commit_lsn is None else int(self.previous_commit_lsn),
+            "snapshot_ht": self.snapshot_ht,
+            "read_time_procedure": self.read_time_procedure,
+            "lsn_type": self.lsn_type,
+        }
+
+    @classmethod
+    def from_json(cls, text: str) -> YugabyteJobSpec:
+        data, common = common_from_json(text, cls.connector, "YugabyteDB", cls.default_watermarks)
+        previous = data.get("previous_commit_lsn")
+        return cls(
+            **common,
+            connection=PgConnectionInfo.from_dict(data["connection"]),
+            slot_name=data["slot_name"],
+            publication_name=data["publication_name"],
+            previous_commit_lsn=None if previous is None else YbLsn(previous),  # type: ignore[arg-type]
+            snapshot_ht=data.get("snapshot_ht"),
+            read_time_procedure=data.get("read_time_procedure"),
+            lsn_type=data.get("lsn_type", "HYBRID_TIME"),
+        )
