@@ -16,6 +16,7 @@ from typing import ClassVar
 _CLASSES = {
     "postgresql": "airflow_provider_cdc.cdc.sources.postgres.lsn:Lsn",
     "sqlserver": "airflow_provider_cdc.cdc.sources.sqlserver.lsn:SqlServerLsn",
+    "yugabytedb": "airflow_provider_cdc.cdc.sources.yugabyte.lsn:YbLsn",
 }
 #: What a stored window or offset without a source name was written by (before there were two).
 LEGACY_SOURCE = "postgresql"

@@ -119,7 +119,7 @@ class Relation:
     oid: int
     namespace: str
     name: str
-    replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
+    replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index; YugabyteDB: 'c' change
     columns: tuple[RelationColumn, ...]
 
 

@@ -31,7 +31,7 @@ class Lsn(Position):
         if isinstance(value, int):
             number = value
         elif isinstance(value, str):
-            number = _parse_text(value)
+            number = parse_xy(value)
         else:
             raise InvalidLsnError(f"not an LSN: {value!r} (expected 'X/Y' text or an integer)")
         if not 0 <= number <= MAX_LSN:
@@ -39,13 +39,16 @@ class Lsn(Position):
         return super().__new__(cls, number)
 
     def __str__(self) -> str:
-        return f"{int(self) >> 32:X}/{int(self) & 0xFFFFFFFF:X}"
+        return format_xy(int(self))
 
     def __repr__(self) -> str:
         return f"Lsn('{self}')"
 
 
-def _parse_text(text: str) -> int:
+def parse_xy(text: str, what: str = "an LSN") -> int:
+    """``X/Y`` (two hexadecimal 32-bit halves) or a decimal integer → the number (unchecked range).
+
+    Shared with sources that print positions as PostgreSQL does (YugabyteDB)."""
     match = _TEXT_FORM.match(text)
     if match:
         return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
@@ -53,8 +56,13 @@ def _parse_text(text: str) -> int:
     if stripped.isdigit():
         return int(stripped)
     raise InvalidLsnError(
-        f"not an LSN: {text!r} (expected PostgreSQL's 'X/Y' hexadecimal form, e.g. '0/16B3748', or a decimal integer)"
+        f"not {what}: {text!r} (expected PostgreSQL's 'X/Y' hexadecimal form, e.g. '0/16B3748', or a decimal integer)"
     )
+
+
+def format_xy(number: int) -> str:
+    """PostgreSQL's ``X/Y`` text of a 64-bit position (upper-case hex, no padding)."""
+    return f"{number >> 32:X}/{number & 0xFFFFFFFF:X}"
 
 
 def lsn_or_none(value: int | str | None) -> Lsn | None:

@@ -28,6 +28,7 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     Begin,
     Commit,
     LogicalMessage,
+    Message,
     Origin,
     Relation,
     Truncate,
@@ -175,7 +176,14 @@ class WindowCollector:
         if payload and payload[0] in _ROW_KINDS:
             self._row(payload, frame.wal_start)  # the hot path: no per-row decoding here
             return False
-        message = decode_message(payload)
+        return self._on_message(decode_message(payload), frame.wal_start)
+
+    def _on_message(self, message: Message, lsn: int) -> bool:
+        """One decoded non-row message (``lsn``: its frame's start); True once the window is
+        complete. Separate from :meth:`feed` so a source with other frame rules (YugabyteDB)
+        reuses the message handling."""
+        to_lsn = self.window.to_lsn
+        assert to_lsn is not None
         if isinstance(message, Begin):
             if message.final_lsn >= to_lsn:
                 self.done = True
@@ -200,7 +208,7 @@ class WindowCollector:
         elif isinstance(message, Relation):
             self._relation(message)
         elif isinstance(message, Truncate):
-            self._truncate(message, frame.wal_start)
+            self._truncate(message, lsn)
         elif isinstance(message, LogicalMessage):
             # A non-transactional message's LSN is where its record ends: it belongs to the
             # window when it starts before the target, i.e. ends at or before it.

@@ -10,7 +10,8 @@ from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef, find_colum
 
 __all__ = ["Column", "TableInfo", "TableRef", "pg_identifier", "quote_ident"]
 
-REPLICA_IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+# 'c': YugabyteDB's CHANGE (an update sends the key and the changed columns only)
+REPLICA_IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX", "c": "CHANGE"}
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class TableInfo:
     oid: int
     columns: tuple[Column, ...]
     key_columns: tuple[str, ...]  # primary key, else the replica identity index, else none
-    replica_identity: str  # pg_class.relreplident: d, n, f, i
+    replica_identity: str  # pg_class.relreplident: d, n, f, i (YugabyteDB: also c)
     has_primary_key: bool
 
     def column(self, name: str) -> Column:

@@ -1,0 +1,1 @@
+"""YugabyteDB (YSQL) logical replication source: yboutput over the walsender, PostgreSQL-shaped."""
