@@ -32,6 +32,7 @@ Acknowledging (not done here): flush exactly the last processed commit LSN, neve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -83,6 +84,16 @@ class YbWindowCollector(WindowCollector):
         super().__init__(**kwargs)
         self.stats: YbStreamStats = YbStreamStats()
         self._skipping: Begin | None = None  # the retransmitted transaction being skipped
+        self._read_ms = int(time.time() * 1000)  # reading the slot restarts YugabyteDB's expiry timer
+
+    def extra_stats(self) -> dict:
+        """Retransmissions skipped, and when the slot was read (the offset keeps it as
+        ``source_state.last_read_ms``: YugabyteDB shows a slot's expiry nowhere in SQL)."""
+        return {
+            "retransmitted_skipped": self.stats.retransmitted_skipped,
+            "retransmitted_changes_skipped": self.stats.retransmitted_changes_skipped,
+            "source_state": {"last_read_ms": self._read_ms},
+        }
 
     def consume(self, frames: Iterable[XLogData | Keepalive]) -> None:
         """As on PostgreSQL (row path inlined), plus dropping the rows of a skipped transaction."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -68,12 +69,24 @@ def test_window_ends_after_the_end_hybrid_time_and_starts_at_the_offset():
 def test_a_retry_reproduces_the_pending_window_whatever_the_new_end():
     stored = offset(NOW_HT - 5000)
     first = plan_stream_window(
-        mode="initial", offset=stored, slot=slot(), identity=IDENTITY, end=NOW_HT - 10, current=NOW_HT,
-        now_ms=NOW_MS, retention_ms=8 * HOUR_MS,
+        mode="initial",
+        offset=stored,
+        slot=slot(),
+        identity=IDENTITY,
+        end=NOW_HT - 10,
+        current=NOW_HT,
+        now_ms=NOW_MS,
+        retention_ms=8 * HOUR_MS,
     )
     again = plan_stream_window(
-        mode="initial", offset=first.offset, slot=slot(current_ht=NOW_HT + 99), identity=IDENTITY,
-        end=NOW_HT + 50, current=NOW_HT + 99, now_ms=NOW_MS + 1, retention_ms=8 * HOUR_MS,
+        mode="initial",
+        offset=first.offset,
+        slot=slot(current_ht=NOW_HT + 99),
+        identity=IDENTITY,
+        end=NOW_HT + 50,
+        current=NOW_HT + 99,
+        now_ms=NOW_MS + 1,
+        retention_ms=8 * HOUR_MS,
     )
     assert again.window == first.window
 
@@ -83,12 +96,20 @@ def test_a_slot_acknowledged_past_the_offset_fails():
     ahead = slot(confirmed_flush_lsn=YbLsn(NOW_HT - 5000))  # the offset's own start: acknowledged too far
     with pytest.raises(OffsetMismatchError, match="past the stored offset"):
         plan_stream_window(
-            mode="initial", offset=stored, slot=ahead, identity=IDENTITY, end=NOW_HT, current=NOW_HT,
-            now_ms=NOW_MS, retention_ms=8 * HOUR_MS,
+            mode="initial",
+            offset=stored,
+            slot=ahead,
+            identity=IDENTITY,
+            end=NOW_HT,
+            current=NOW_HT,
+            now_ms=NOW_MS,
+            retention_ms=8 * HOUR_MS,
         )
     # Acknowledged exactly up to the previous window's end: the normal state.
-    assert slot_unavailable(stored, slot(confirmed_flush_lsn=YbLsn(NOW_HT - 5001)), retention_ms=HOUR_MS,
-                            now_ms=NOW_MS) is None
+    assert (
+        slot_unavailable(stored, slot(confirmed_flush_lsn=YbLsn(NOW_HT - 5001)), retention_ms=HOUR_MS, now_ms=NOW_MS)
+        is None
+    )
 
 
 def test_a_slot_not_read_within_the_retention_counts_as_expired():
@@ -97,38 +118,63 @@ def test_a_slot_not_read_within_the_retention_counts_as_expired():
     assert reason == "slot_expired" and "9.0 h ago" in why
     with pytest.raises(WalLostError, match="expired"):
         plan_stream_window(
-            mode="initial", offset=stored, slot=slot(), identity=IDENTITY, end=NOW_HT, current=NOW_HT,
-            now_ms=NOW_MS, retention_ms=8 * HOUR_MS,
+            mode="initial",
+            offset=stored,
+            slot=slot(),
+            identity=IDENTITY,
+            end=NOW_HT,
+            current=NOW_HT,
+            now_ms=NOW_MS,
+            retention_ms=8 * HOUR_MS,
         )
     assert slot_unavailable(stored, None, retention_ms=8 * HOUR_MS, now_ms=NOW_MS)[0] == "slot_missing"
 
 
 def test_health_reports_time_to_expiry_and_fails_at_the_fraction():
-    healthy = assess_expiry(slot(), "cdc_shop", last_read_ms=NOW_MS - HOUR_MS, retention_ms=8 * HOUR_MS,
-                            now_ms=NOW_MS, max_retention_fraction=0.5)
+    healthy = assess_expiry(
+        slot(),
+        "cdc_shop",
+        last_read_ms=NOW_MS - HOUR_MS,
+        retention_ms=8 * HOUR_MS,
+        now_ms=NOW_MS,
+        max_retention_fraction=0.5,
+    )
     assert healthy.healthy and healthy.metrics["ms_to_expiry"] == 7 * HOUR_MS
     assert healthy.metrics["retention_fraction"] == 0.125
-    late = assess_expiry(slot(), "cdc_shop", last_read_ms=NOW_MS - 5 * HOUR_MS, retention_ms=8 * HOUR_MS,
-                         now_ms=NOW_MS, max_retention_fraction=0.5)
+    late = assess_expiry(
+        slot(),
+        "cdc_shop",
+        last_read_ms=NOW_MS - 5 * HOUR_MS,
+        retention_ms=8 * HOUR_MS,
+        now_ms=NOW_MS,
+        max_retention_fraction=0.5,
+    )
     assert not late.healthy and "expires in 3.00 h" in late.message
-    expired = assess_expiry(slot(), "cdc_shop", last_read_ms=NOW_MS - 9 * HOUR_MS, retention_ms=8 * HOUR_MS,
-                            now_ms=NOW_MS)
+    expired = assess_expiry(
+        slot(), "cdc_shop", last_read_ms=NOW_MS - 9 * HOUR_MS, retention_ms=8 * HOUR_MS, now_ms=NOW_MS
+    )
     assert "has expired" in expired.message
-    lagging = assess_expiry(slot(), "cdc_shop", last_read_ms=NOW_MS, retention_ms=8 * HOUR_MS, now_ms=NOW_MS,
-                            max_lag_ms=1000)
+    lagging = assess_expiry(
+        slot(), "cdc_shop", last_read_ms=NOW_MS, retention_ms=8 * HOUR_MS, now_ms=NOW_MS, max_lag_ms=1000
+    )
     assert not lagging.healthy and "last acknowledged commit 60000 ms ago" in lagging.message
     assert not assess_expiry(None, "cdc_shop", last_read_ms=None, retention_ms=HOUR_MS, now_ms=NOW_MS).healthy
     with pytest.raises(CdcConfigurationError):
-        assess_expiry(slot(), "cdc_shop", last_read_ms=None, retention_ms=HOUR_MS, now_ms=NOW_MS,
-                      max_retention_fraction=0)
+        assess_expiry(
+            slot(), "cdc_shop", last_read_ms=None, retention_ms=HOUR_MS, now_ms=NOW_MS, max_retention_fraction=0
+        )
 
 
 def test_readiness_waits_for_the_server_clock_to_pass_the_interval_end():
     now = datetime.fromtimestamp(NOW_MS / 1000, timezone.utc)
-    assert slot_readiness(slot(), "s", wait_until=now - timedelta(seconds=1), expires_ms=None, now_ms=NOW_MS).state \
+    assert (
+        slot_readiness(slot(), "s", wait_until=now - timedelta(seconds=1), expires_ms=None, now_ms=NOW_MS).state
         == "ready"
-    assert slot_readiness(slot(), "s", wait_until=now + timedelta(seconds=1), expires_ms=None, now_ms=NOW_MS).state \
+    )
+    assert (
+        slot_readiness(slot(), "s", wait_until=now + timedelta(seconds=1), expires_ms=None, now_ms=NOW_MS).state
         == "waiting"
+    )
     assert slot_readiness(slot(), "s", wait_until=None, expires_ms=NOW_MS - 1, now_ms=NOW_MS).state == "failed"
     assert slot_readiness(None, "s", wait_until=None, expires_ms=None, now_ms=NOW_MS).state == "failed"
     assert ht_from_datetime(now) == NOW_HT
@@ -138,7 +184,7 @@ def test_readiness_waits_for_the_server_clock_to_pass_the_interval_end():
 def test_hash_ranges_cover_the_hash_space_exactly_once(count):
     ranges = hash_ranges(("id",), count)
     assert ranges[0].first == 0 and ranges[-1].end == HASH_SPACE
-    assert all(a.end == b.first for a, b in zip(ranges, ranges[1:]))
+    assert all(a.end == b.first for a, b in itertools.pairwise(ranges))
     assert len(ranges) == min(count, HASH_SPACE)
 
 
