@@ -1,0 +1,156 @@
+"""YugabyteDB's failure modes on the stand-in: retransmission after a lost acknowledgement, expiry,
+the row-lock fallback of the capture lock, and bad input (each a clear error, nothing written)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, ConcurrentCaptureError
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
+from tests.integration.yugabyte.test_capture import (
+    assert_reproduces_source,
+    capture_dag,
+    make_capture,
+    slot_row,
+)
+from tests.support import airflow as af
+from tests.support import yb_workload as workload
+from tests.support.oracle import events_of
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+
+def committed_windows(sink) -> list:
+    return CommitLog(storage_for(str(sink)), "shop").committed()
+
+
+def test_a_lost_acknowledgement_retransmits_and_nothing_is_doubled(yugabyte_conn, tmp_path, monkeypatch):
+    from airflow_provider_cdc.captures import yugabyte as captures
+
+    standin, conn_id = yugabyte_conn
+    workload.create(standin)
+    errors: dict = {}
+    dag = capture_dag(f"yb_{standin.database}", make_capture(conn_id, tmp_path, standin.database), errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    confirmed = slot_row(standin)["confirmed_flush_lsn"]
+
+    # The acknowledgement is lost (the worker died after the offset save): the slot stays behind.
+    monkeypatch.setattr(captures.YugabyteRun, "acknowledge", lambda self, position: None)
+    made = workload.mutate(standin, 1)
+    second = af.run(dag, 1, errors=errors)
+    assert second.state == "success", errors
+    assert slot_row(standin)["confirmed_flush_lsn"] == confirmed
+    monkeypatch.undo()
+
+    # The next window streams the unacknowledged transactions again and skips them; the run
+    # acknowledges past them.
+    later = workload.mutate(standin, 2)
+    third = af.run(dag, 2, errors=errors)
+    assert third.state == "success", errors
+    entry = committed_windows(tmp_path)[-1]
+    assert entry.stats["retransmitted_skipped"] >= workload.TRANSACTIONS_PER_ROUND
+    assert {op: sum(c.get(op, 0) for c in third.xcom["window"]["events"].values()) for op in "cud"} == later
+    assert slot_row(standin)["confirmed_flush_lsn"] != confirmed
+    assert_reproduces_source(standin, tmp_path)
+    ops = [e["op"] for e in events_of(tmp_path, "shop", "public.customers") if e["op"] != "r"]
+    assert ops.count("u") == made["u"] - 2 + later["u"] - 2  # two of each round's updates are orders'
+
+
+def test_an_expired_slot_fails_or_resnapshots(yugabyte_conn, tmp_path):
+    standin, conn_id = yugabyte_conn
+    workload.create(standin)
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=3_600_000)
+    dag = capture_dag(f"yb_{standin.database}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+
+    # Nobody read the slot for longer than the retention: YugabyteDB expired it.
+    standin.set_retention_ms(3_600_000)
+    standin.age_slot("cdc_shop", 2 * 3_600_000)
+    _age_last_read(capture, 2 * 3_600_000)
+    workload.mutate(standin, 1)
+    failed = af.run(dag, 1, errors=errors)
+    assert failed.state == "failed"
+    assert "expired" in str(errors.get("window")), errors
+    before = len(committed_windows(tmp_path))
+
+    # when_needed: a new snapshot (a new slot) with the gap recorded.
+    errors.clear()
+    recovering = capture_dag(
+        f"yb2_{standin.database}",
+        make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=3_600_000, snapshot_mode="when_needed"),
+        errors,
+    )
+    again = af.run(recovering, 2, errors=errors)
+    assert again.state == "success", errors
+    assert again.xcom["snapshot"]["gap"]["reason"] == "slot_expired"
+    assert len(committed_windows(tmp_path)) == before + 2  # the snapshot and the window after it
+    assert_reproduces_source(standin, tmp_path)
+
+
+def _age_last_read(capture, ms: int) -> None:
+    from dataclasses import replace
+
+    from airflow_provider_cdc.offsets.base import load_offset, save_offset
+
+    store = capture.store()
+    offset = load_offset(store, capture.topic_prefix, capture.OFFSET_TYPE)
+    state = dict(offset.extra["source_state"])
+    state["last_read_ms"] -= ms
+    save_offset(store, replace(offset, extra={**offset.extra, "source_state": state}), previous=offset)
+
+
+def test_the_capture_lock_falls_back_to_a_row_lock_without_advisory_locks(request, pg15, airflow_db, tmp_path):
+    import logging
+
+    from tests.support.yugabyte.fixtures import standin_for
+
+    generator = standin_for(request, pg15, advisory_locks=False)
+    standin = next(generator)
+    try:
+        workload.create(standin, customers=1, orders_per_customer=0)
+        capture = make_capture("unused", tmp_path, standin.database)
+        hook = capture.hook()
+        hook.__dict__["connection_info"] = standin.connection_info()
+        capture.hook = lambda: hook  # type: ignore[method-assign]
+        with capture.open_run(logging.getLogger("test")):
+            with pytest.raises(ConcurrentCaptureError, match="already running"):
+                with capture.open_run(logging.getLogger("test")):
+                    pass
+        with capture.open_run(logging.getLogger("test")):  # released with the first run
+            pass
+        rows = standin.admin_query("SELECT capture FROM public.airflow_cdc_locks")
+        assert rows == [("shop",)]
+    finally:
+        next(generator, None)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"lsn_type": "SEQUENCE"}, "SEQUENCE slots are not supported"),
+        ({"message_prefix_include_list": ["app"]}, "never streams logical messages"),
+        ({"intent_retention_ms": 10}, "intent_retention_ms"),
+        ({"read_time_procedure": "x; DROP TABLE t"}, "read_time_procedure"),
+        ({"heartbeat_table": "a.b.c"}, "heartbeat_table"),
+    ],
+)
+def test_bad_settings_fail_at_dag_parse(overrides, message, tmp_path):
+    with pytest.raises(CdcConfigurationError, match=message):
+        make_capture("yb", tmp_path, "db", **overrides)
+
+
+def test_setup_refuses_tables_without_a_primary_key_and_a_slot_of_another_plugin(yugabyte_conn, tmp_path):
+    standin, conn_id = yugabyte_conn
+    with standin.connect() as conn:
+        conn.execute("CREATE TABLE public.keyless (a int, b text)")
+    standin.create_slot("cdc_shop", "pgoutput", lsn_type="HYBRID_TIME")
+    capture = make_capture(conn_id, tmp_path / "lake", standin.database, tables=["public.keyless"])
+    with pytest.raises(CdcConfigurationError) as raised:
+        capture.setup(__import__("logging").getLogger("test"))
+    text = str(raised.value)
+    assert "public.keyless has no primary key" in text
+    assert "uses plugin 'pgoutput'" in text
+    assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").iterdir())
+    assert standin.admin_query("SELECT to_regclass('public.airflow_cdc_heartbeat')") == [(None,)]
