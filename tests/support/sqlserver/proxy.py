@@ -24,6 +24,9 @@ import struct
 import threading
 from collections.abc import Callable
 
+from ..pgwire import close_quietly, error_fields, read_message, read_startup
+from ..pgwire import error_response as error_response
+from ..pgwire import message as _message
 from .translate import Resolver, Untranslatable, to_tsql_markers, translate
 
 # psqlODBC's cursors (UseDeclareFetch=1) are named "SQL_CUR<address>": its FETCH/MOVE/CLOSE on them
@@ -94,18 +97,6 @@ def split_driver_statements(text: str) -> tuple[list[str], str, list[str]]:
     return head, rest, tail
 
 
-def _message(kind: bytes, body: bytes) -> bytes:
-    return kind + struct.pack("!I", len(body) + 4) + body
-
-
-def error_response(sqlstate: str, message: str, severity: str = "ERROR") -> bytes:
-    fields = b"".join(
-        code + value.encode() + b"\0"
-        for code, value in ((b"S", severity), (b"V", severity), (b"C", sqlstate), (b"M", message))
-    )
-    return _message(b"E", fields + b"\0")
-
-
 class _Session:
     """One client connection: two pump threads and the little state translation needs."""
 
@@ -127,30 +118,9 @@ class _Session:
         try:
             self._client_to_server()
         finally:
-            for sock in (self.client, self.server):
-                # shutdown first: close() alone leaves the connection open while the other pump
-                # thread is still in recv() on it, so PostgreSQL would never see a killed client
-                # go and would keep its session (and the locks it holds).
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:  # already shut down or never connected
-                    pass
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+            close_quietly(self.client, self.server)
 
     # -- plumbing ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _recv(sock: socket.socket, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
 
     def _send_client(self, data: bytes) -> None:
         with self.client_lock:
@@ -161,20 +131,11 @@ class _Session:
     def _client_to_server(self) -> None:
         try:
             # startup (and a possible SSLRequest, refused: the DSN says sslmode=disable)
-            while True:
-                length = struct.unpack("!I", self._recv(self.client, 4))[0]
-                body = self._recv(self.client, length - 4)
-                code = struct.unpack("!I", body[:4])[0]
-                if code == 80877103:  # SSLRequest
-                    self._send_client(b"N")
-                    continue
-                self.server.sendall(struct.pack("!I", length) + body)
-                break
+            self.server.sendall(read_startup(self.client, self._send_client))
             skipping = False
             while True:
-                kind = self._recv(self.client, 1)
-                length = struct.unpack("!I", self._recv(self.client, 4))[0]
-                body = self._recv(self.client, length - 4)
+                kind, body = read_message(self.client)
+                length = len(body) + 4
                 if skipping:  # a Parse the proxy refused: drop the rest up to Sync
                     if kind == b"S":
                         skipping = False
@@ -258,9 +219,7 @@ class _Session:
     def _server_to_client(self) -> None:
         try:
             while True:
-                kind = self._recv(self.server, 1)
-                length = struct.unpack("!I", self._recv(self.server, 4))[0]
-                body = self._recv(self.server, length - 4)
+                kind, body = read_message(self.server)
                 if kind == b"Z":
                     self.status = body[:1]
                     if self.pending_error is not None:
@@ -278,10 +237,7 @@ class _Session:
                 pass
 
     def _rewrite_error(self, body: bytes) -> bytes:
-        fields = {}
-        for part in body.rstrip(b"\0").split(b"\0"):
-            if part:
-                fields[part[:1]] = part[1:].decode(errors="replace")
+        fields = error_fields(body)
         code, text = fields.get(b"C"), fields.get(b"M", "")
         # Refused logins as SQL Server reports them (test-only emulation): a wrong login or password is
         # error 18456 (SQLSTATE 28000), a database that does not exist 4060; drivers name the number.
