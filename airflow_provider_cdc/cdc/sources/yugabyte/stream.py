@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, LogicalMessage, Truncate, decode_message
@@ -79,7 +80,8 @@ class YbStreamStats(StreamStats):
 class YbWindowCollector(WindowCollector):
     """:class:`WindowCollector` with YugabyteDB's window rules (see the module docstring)."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        """The keyword arguments of :class:`WindowCollector`."""
         super().__init__(**kwargs)
         self.stats: YbStreamStats = YbStreamStats()
         self._skipping: Begin | None = None  # the retransmitted transaction being skipped
