@@ -1,6 +1,6 @@
 """Reading one YugabyteDB stream window: PostgreSQL's collector with yboutput's differences.
 
-yboutput is pgoutput's code with YB's replica identities (``/work/notes/issue14-research.md``
+yboutput is pgoutput's code with YB's replica identities (issue 14's research,
 §3, §4), so frames decode and buffer exactly as on PostgreSQL (:mod:`..postgres.stream`). What
 differs, and is handled here:
 
