@@ -236,9 +236,54 @@ def render(conninfo) -> str:
         "- Unchanged TOASTed values (`REPLICA IDENTITY DEFAULT`): text, binary and text-array columns carry",
         "  `__debezium_unavailable_value`, other types null; every such column is listed in the event's",
         "  `unchanged_toast_columns`. Under `REPLICA IDENTITY FULL` the old row supplies the value.",
+        *YUGABYTEDB_SECTION,
         "",
     ]
     return "\n".join(lines)
+
+
+#: Static: YugabyteDB's differences from PostgreSQL (no live YugabyteDB in the generator; sources:
+#: the issue 14 research note §2, §3, §8, and tests/unit/cdc/yugabyte/).
+YUGABYTEDB_SECTION = [
+    "",
+    "## YugabyteDB",
+    "",
+    "YugabyteDB's logical replication (`yboutput`) sends pgoutput's tuples, so the table above applies. What",
+    "differs from PostgreSQL:",
+    "",
+    "- Values: YSQL builds each datum from DocDB and prints it with PostgreSQL's type output functions, so",
+    "  built-in types have PostgreSQL's text form and the same mapping. Only the text form is used (the",
+    "  `binary` option is untested on YugabyteDB).",
+    "- `bytea` follows the replication session's `bytea_output`: keep `hex` (the default; the only form",
+    "  Debezium's YugabyteDB connector supports).",
+    "- User-defined types (enums, domains, composites) are announced by Type messages as on PostgreSQL.",
+    "  YugabyteDB's older CDC had gaps there (composite values sent as empty strings, enum/composite DDL",
+    "  leaving stale types, enum arrays unsupported); unconfirmed for logical replication, so test such",
+    "  columns before relying on them.",
+    "- No TOAST: a `'u'` column is one the server did not send. Under replica identity CHANGE (YugabyteDB's",
+    "  default) an update sends the key and the changed columns only: the others carry",
+    "  `__debezium_unavailable_value` (text, binary, text arrays) or null and are listed in",
+    "  `unchanged_toast_columns`, and the current-state table keeps their previous values. A column set",
+    "  to NULL is sent as NULL: a real null, not listed. CHANGE and DEFAULT updates have no before image",
+    "  (DEFAULT sends the full row); FULL sends both. A delete's before image is the key with null",
+    "  columns (CHANGE, DEFAULT) or the full row (FULL). An old tuple without any value (older builds'",
+    "  all-`'u'` key under CHANGE; FULL's all-null row of a row inserted in the same transaction) gives",
+    "  `before` = null. Primary-key updates arrive as a delete and an insert.",
+    "- Tables without a primary key: version-dependent (`yb_cdcsdk_stream_tables_without_primary_key` is",
+    "  on by default in 2026.1, off before); capture tables that have one.",
+    "- ±infinity dates and timestamps have PostgreSQL's text, so the mapping above (Debezium's constants",
+    "  9223372036825200000 / -9223372036832400000 µs in the Debezium modes) is unchanged.",
+    "- Generated columns are not sent, as on PostgreSQL.",
+    "- Positions: a slot's LSN is a per-slot uint64 (not a WAL offset) printed as PostgreSQL prints one,",
+    "  `X/Y` = the high and low 32 bits in hexadecimal (`62D63025/5462E000` = 7121932797620707328); a",
+    "  decimal integer is accepted too. With `lsn_type` HYBRID_TIME it is the transaction's commit hybrid",
+    "  time (HT). An HT is `physical µs since 1970-01-01 UTC << 12 | a 12-bit logical counter`: its",
+    "  timestamp is `ht >> 12` µs (`to_timestamp((ht >> 12) / 1e6)`; `62D63025/5462E000` is",
+    "  2025-02-05T10:58:44.419118Z, logical 0), and `yb_read_time` takes it as `'<ht> ht'` (a bare number",
+    "  there means µs). `yb_get_current_hybrid_time_lsn()` returns a bigint HT; as an LSN it is",
+    "  `upper(to_hex(v >> 32)) || '/' || upper(to_hex(v & 4294967295))`. The commit time in BEGIN and",
+    "  COMMIT is read as PostgreSQL's (µs since 2000-01-01), as Debezium does (unconfirmed on YugabyteDB).",
+]
 
 
 def _value(batch: pa.RecordBatch, name: str):

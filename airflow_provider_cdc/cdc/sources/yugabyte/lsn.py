@@ -5,7 +5,7 @@ not a WAL byte offset: with ``lsn_type HYBRID_TIME`` it is the transaction's com
 time (HT), with ``SEQUENCE`` a per-record counter. An HT is ``physical unix µs << 12 | logical``
 (12-bit counter); ``yb_read_time`` takes it as ``'<ht> ht'`` and
 ``yb_get_current_hybrid_time_lsn()`` returns one as a ``bigint`` (see
-``/work/notes/issue14-research.md`` §1, §2, §5).
+issue 14's research, §1, §2, §5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading one YugabyteDB stream window: PostgreSQL's collector with yboutput's differences.
 
-yboutput is pgoutput's code with YB's replica identities (``/work/notes/issue14-research.md``
+yboutput is pgoutput's code with YB's replica identities (issue 14's research,
 §3, §4), so frames decode and buffer exactly as on PostgreSQL (:mod:`..postgres.stream`). What
 differs, and is handled here:
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, LogicalMessage, Truncate, decode_message
@@ -80,7 +81,8 @@ class YbStreamStats(StreamStats):
 class YbWindowCollector(WindowCollector):
     """:class:`WindowCollector` with YugabyteDB's window rules (see the module docstring)."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        """The keyword arguments of :class:`WindowCollector`."""
         super().__init__(**kwargs)
         self.stats: YbStreamStats = YbStreamStats()
         self._skipping: Begin | None = None  # the retransmitted transaction being skipped
