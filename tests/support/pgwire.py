@@ -6,6 +6,7 @@ import socket
 import struct
 
 SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
 
 
 def message(kind: bytes, body: bytes) -> bytes:
@@ -47,11 +48,12 @@ def read_message(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 def read_startup(sock: socket.socket, refuse_ssl) -> bytes:
-    """The client's StartupMessage (length included); SSLRequests are answered 'N' via ``refuse_ssl``."""
+    """The client's StartupMessage (length included); SSL and GSSAPI encryption requests are
+    answered 'N' via ``refuse_ssl``."""
     while True:
         length = struct.unpack("!I", recv_exact(sock, 4))[0]
         body = recv_exact(sock, length - 4)
-        if struct.unpack("!I", body[:4])[0] == SSL_REQUEST:
+        if struct.unpack("!I", body[:4])[0] in (SSL_REQUEST, GSSENC_REQUEST):
             refuse_ssl(b"N")
             continue
         return struct.pack("!I", length) + body
