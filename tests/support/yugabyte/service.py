@@ -254,3 +254,26 @@ class StandInService:
                     f"$$ BEGIN RAISE EXCEPTION 'advisory locks are not yet implemented' USING "
                     f"ERRCODE = 'feature_not_supported', HINT = '{_ADVISORY_HINT}'; END $$"
                 )
+
+
+def main() -> None:
+    """Serves until stdin closes (the test process stopped it or went away)."""
+    import argparse
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    config = json.loads(parser.parse_args().config)
+    cluster = SimpleNamespace(**config.pop("cluster"))
+    service = StandInService(cluster, config.pop("database"), **config).start()
+    print(service.proxy.port, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        service.stop()
+
+
+if __name__ == "__main__":
+    main()
