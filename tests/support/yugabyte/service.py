@@ -182,7 +182,6 @@ class StandInService:
         conn = self._admin
         with conn.transaction():
             conn.execute("SET LOCAL search_path = pg_catalog")
-            fresh = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'yb_standin'").fetchone() is None
             conn.execute(CATALOG_SQL.read_text())
             conn.execute(
                 "INSERT INTO yb_standin.settings VALUES (true, %s, %s, %s) ON CONFLICT (one) DO UPDATE SET "
@@ -214,8 +213,9 @@ class StandInService:
                     sql.Identifier(self.database)
                 )
             )
-        del fresh
-        if not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.journal_slot,)).fetchone():
+        if not conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (self.journal_slot,)
+        ).fetchone():
             conn.execute("SELECT pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput')", (self.journal_slot,))
         conn.execute("SET search_path = pg_catalog")
 

@@ -166,7 +166,7 @@ class YugabyteStandIn:
     def admin_query(self, statement: str, params: tuple = ()) -> list[tuple]:
         """A query straight on PostgreSQL (real catalogs, and the emulation's state in yb_standin)."""
         assert self._admin is not None, "start() first"
-        cur = self._admin.execute(statement, params)
+        cur = self._admin.execute(statement, params or None)
         return cur.fetchall() if cur.description is not None else []
 
     def age_slot(self, slot: str, ms: int) -> None:
