@@ -14,7 +14,9 @@ import struct
 import threading
 
 from ..pgwire import (
+    Listener,
     close_quietly,
+    connect_pair,
     message,
     read_message,
     read_startup,
@@ -129,9 +131,7 @@ class _Session:
         self.proxy = proxy
         self.standin = proxy.standin
         self.client = client
-        self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
-        for sock in (self.client, self.server):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server = connect_pair(client, proxy.upstream_host, proxy.upstream_port)
         self.client_lock = threading.Lock()
         self.replication = False
 
@@ -268,38 +268,22 @@ class _Session:
             session.close()
 
 
-class YugabyteProxy:
+class YugabyteProxy(Listener):
     """Listens on 127.0.0.1:<port>; one _Session per client connection."""
 
     def __init__(self, standin, upstream_host: str, upstream_port: int):
+        super().__init__(self._serve, "yb-proxy")
         self.standin = standin
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.sessions: set[_Session] = set()
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
-        self.port = self._listener.getsockname()[1]
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, daemon=True, name="yb-proxy")
 
-    def start(self) -> YugabyteProxy:
-        self._thread.start()
-        return self
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            session = _Session(self, client)
-            self.sessions.add(session)
-            threading.Thread(target=session.run, daemon=True, name="yb-proxy-c2s").start()
+    def _serve(self, client: socket.socket) -> None:
+        session = _Session(self, client)
+        self.sessions.add(session)
+        session.run()
 
     def stop(self) -> None:
-        self._closed = True
-        close_quietly(self._listener)
+        super().stop()
         for session in list(self.sessions):
             close_quietly(session.client, session.server)
