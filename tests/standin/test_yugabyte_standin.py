@@ -644,3 +644,39 @@ def test_airflow_connection(yugabyte):
 
     conn = json.loads(airflow_connection(yugabyte))
     assert conn["conn_type"] == "postgres" and conn["port"] == yugabyte.port and conn["schema"] == yugabyte.database
+
+
+def test_generic_options_drop_command_read_time_call_and_schema_change(yugabyte):
+    setup_employee(yugabyte)
+    status, row = replication_command(
+        yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL yboutput (SNAPSHOT 'use', LSN_TYPE 'HYBRID_TIME')"
+    )
+    assert status == "ok" and row[2].isdigit()
+    assert yugabyte.admin_query("SELECT lsn_type FROM yb_standin.slots") == [("HYBRID_TIME",)]
+    with yugabyte.connect() as conn:
+        conn.execute("INSERT INTO employee VALUES (1, 'a', 'b')")
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(f"CALL set_yb_read_time('{row[2]} ht')")  # the non-superuser route of YB's docs
+        assert conn.execute("SELECT count(*) FROM employee").fetchone()[0] == 0
+        conn.execute("COMMIT")
+        conn.execute("ALTER TABLE employee ADD COLUMN salary int")
+        conn.execute("INSERT INTO employee VALUES (2, 'c', 'd', 10)")
+    stream = Stream(yugabyte, "s")
+    try:
+        frames = stream.read(2)
+        stream.quiet(1.3)
+        relations = [m for _, m in frames if isinstance(m, Relation)]
+        assert [len(r.columns) for r in relations] == [3, 4]  # a fresh Relation after the DDL
+        last_commit = [m for _, m in frames if isinstance(m, Commit)][-1]
+        assert stream.keepalives and stream.keepalives[-1] == last_commit.commit_lsn
+    finally:
+        stream.close()
+    conn = pq.PGconn.connect(yugabyte.conninfo(replication=True).encode())
+    try:
+        result = conn.exec_(b"DROP_REPLICATION_SLOT s")
+        assert result.error_field(pq.DiagnosticField.SQLSTATE) == b"55006"  # polled just now: active
+        yugabyte.age_slot("s", 120_000)
+        assert conn.exec_(b"DROP_REPLICATION_SLOT s").status == pq.ExecStatus.COMMAND_OK
+    finally:
+        conn.finish()
+    assert yugabyte.admin_query("SELECT count(*) FROM yb_standin.slots") == [(0,)]
