@@ -13,3 +13,11 @@ RECORDER = StatementRecorder()  # every statement the tests send, checked as T-S
 @pytest.fixture
 def sqlserver(request, pg15):
     yield from standin_for(request, pg15, RECORDER)
+
+
+@pytest.fixture
+def yugabyte(request, pg15):
+    """A YugabyteDB stand-in per test (tests/support/yugabyte), on the suite's PostgreSQL 15."""
+    from tests.support.yugabyte.fixtures import standin_for as yugabyte_standin_for
+
+    yield from yugabyte_standin_for(request, pg15)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 
 SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
 
 
 def message(kind: bytes, body: bytes) -> bytes:
@@ -47,11 +49,12 @@ def read_message(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 def read_startup(sock: socket.socket, refuse_ssl) -> bytes:
-    """The client's StartupMessage (length included); SSLRequests are answered 'N' via ``refuse_ssl``."""
+    """The client's StartupMessage (length included); SSL and GSSAPI encryption requests are
+    answered 'N' via ``refuse_ssl``."""
     while True:
         length = struct.unpack("!I", recv_exact(sock, 4))[0]
         body = recv_exact(sock, length - 4)
-        if struct.unpack("!I", body[:4])[0] == SSL_REQUEST:
+        if struct.unpack("!I", body[:4])[0] in (SSL_REQUEST, GSSENC_REQUEST):
             refuse_ssl(b"N")
             continue
         return struct.pack("!I", length) + body
@@ -74,3 +77,42 @@ def close_quietly(*socks: socket.socket) -> None:
             sock.close()
         except OSError:
             pass
+
+
+def connect_pair(client: socket.socket, upstream_host: str, upstream_port: int) -> socket.socket:
+    """The upstream socket for a proxied client; small protocol messages on both: no Nagle delays."""
+    server = socket.create_connection((upstream_host, upstream_port))
+    for sock in (client, server):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return server
+
+
+class Listener:
+    """Accepts on 127.0.0.1:<port> (``port``) and runs ``serve(client)`` in a thread per client."""
+
+    def __init__(self, serve, name: str):
+        self._serve = serve
+        self._name = name
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True, name=name)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True, name=f"{self._name}-c2s").start()
+
+    def stop(self) -> None:
+        self._closed = True
+        close_quietly(self._listener)

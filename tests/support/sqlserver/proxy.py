@@ -24,7 +24,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from ..pgwire import close_quietly, error_fields, read_message, read_startup
+from ..pgwire import Listener, close_quietly, connect_pair, error_fields, read_message, read_startup
 from ..pgwire import error_response as error_response
 from ..pgwire import message as _message
 from .translate import Resolver, Untranslatable, to_tsql_markers, translate
@@ -103,9 +103,7 @@ class _Session:
     def __init__(self, proxy: TsqlProxy, client: socket.socket):
         self.proxy = proxy
         self.client = client
-        self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
-        for sock in (self.client, self.server):  # small protocol messages: no Nagle delays
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server = connect_pair(client, proxy.upstream_host, proxy.upstream_port)
         self.client_lock = threading.Lock()
         self.isolation = "READ COMMITTED"
         self.status = b"I"  # last ReadyForQuery status from the server
@@ -281,7 +279,7 @@ class _Session:
         return rewritten[5:]
 
 
-class TsqlProxy:
+class TsqlProxy(Listener):
     """Listens on 127.0.0.1:<port> and relays to PostgreSQL, translating T-SQL."""
 
     def __init__(
@@ -294,36 +292,10 @@ class TsqlProxy:
         resolver: Resolver | None = None,
         snapshot_allowed: Callable[[], bool] = lambda: True,
     ):
+        super().__init__(lambda client: _Session(self, client).run(), "tsql-proxy")
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.database = database
         self.recorder = recorder
         self.resolver = resolver
         self.snapshot_allowed = snapshot_allowed
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
-        self.port = self._listener.getsockname()[1]
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, daemon=True, name="tsql-proxy")
-
-    def start(self) -> TsqlProxy:
-        self._thread.start()
-        return self
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            session = _Session(self, client)
-            threading.Thread(target=session.run, daemon=True, name="tsql-proxy-c2s").start()
-
-    def stop(self) -> None:
-        self._closed = True
-        try:
-            self._listener.close()
-        except OSError:
-            pass

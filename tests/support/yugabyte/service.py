@@ -1,0 +1,279 @@
+"""The YB stand-in's service, run in a process of its own (``python -m tests.support.yugabyte.service``):
+clients such as the product's ``ReplicationConnection`` call libpq's blocking functions, which hold
+the GIL, so the proxy they talk to cannot live in the test process.
+
+A proxy (proxy.py) in front of a real PostgreSQL database; SQL shims in schema ``yb_standin``
+(catalog.sql) that the database's search_path puts before pg_catalog; a journal of every committed
+transaction read from one real pgoutput slot (journal.py); YB walsender sessions over that journal
+(stream.py). See docs/yugabytedb-standin.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from .journal import PUBLICATION, JournalReader, real_conninfo
+from .proxy import YugabyteProxy
+from .stream import StreamRefused
+
+CATALOG_SQL = Path(__file__).with_name("catalog.sql")
+
+_ADVISORY = [
+    ("pg_advisory_lock", "void"),
+    ("pg_advisory_lock_shared", "void"),
+    ("pg_advisory_xact_lock", "void"),
+    ("pg_advisory_xact_lock_shared", "void"),
+    ("pg_try_advisory_lock", "boolean"),
+    ("pg_try_advisory_lock_shared", "boolean"),
+    ("pg_try_advisory_xact_lock", "boolean"),
+    ("pg_try_advisory_xact_lock_shared", "boolean"),
+    ("pg_advisory_unlock", "boolean"),
+    ("pg_advisory_unlock_shared", "boolean"),
+]
+
+
+# YB <= 2024.2 (src/postgres/src/backend/utils/adt/lockfuncs.c, YbRaiseAdvisoryLocksNotSupported)
+_ADVISORY_HINT = "See https://github.com/yugabyte/yugabyte-db/issues/3642. React with thumbs up to raise its priority"
+
+
+class StandInService:
+    """Installs the emulation in the database and serves it: journal reader + proxy."""
+
+    def __init__(
+        self,
+        cluster,
+        database: str = "yugabyte",
+        *,
+        retention_ms: int = 8 * 3600 * 1000,
+        active_window_ms: int = 60_000,
+        advisory_locks: bool = True,
+    ):
+        self.cluster = cluster
+        self.database = database
+        self.retention_ms = retention_ms
+        self.active_window_ms = active_window_ms
+        self.advisory_locks = advisory_locks
+        self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
+        self.closed = False
+        self.proxy: YugabyteProxy | None = None
+        self.journal: JournalReader | None = None
+        self._admin: psycopg.Connection | None = None
+        self._lock = threading.Lock()
+        self._snapshots: dict[int, tuple[object, str, str]] = {}  # ht -> (replication PGconn, snapshot, slot)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> StandInService:
+        self._admin = psycopg.connect(self.real_conninfo(), autocommit=True)
+        self._install()
+        self.closed = False
+        self.journal = JournalReader(self.cluster, self.database, self.journal_slot)
+        self.journal.housekeeping = self._release_dropped_snapshots
+        self.journal.start()
+        self.proxy = YugabyteProxy(self, self.cluster.host, self.cluster.port).start()
+        return self
+
+    def stop(self) -> None:
+        self.closed = True
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+        if self.journal is not None:
+            self.journal.stop()
+            self.journal = None
+        with self._lock:
+            for conn, _snapshot, _slot in self._snapshots.values():
+                conn.finish()
+            self._snapshots.clear()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    def real_conninfo(self) -> str:
+        """Straight to PostgreSQL (no emulation): for the stand-in itself and assertions."""
+        return real_conninfo(self.cluster, self.database)
+
+    def current_ht(self) -> int:
+        return self._admin_execute("SELECT yb_standin.yb_get_current_hybrid_time_lsn()")[0][0]
+
+    # -- slots (called by the proxy) ----------------------------------------------------------
+
+    def create_slot(self, name: str, plugin: str, *, lsn_type: str = "SEQUENCE", snapshot_action: str = "USE_SNAPSHOT"):
+        """Returns the snapshot_name answer: the consistent HT (USE_SNAPSHOT), the exported
+        snapshot's name (EXPORT_SNAPSHOT) or None (NOEXPORT_SNAPSHOT)."""
+        from psycopg import pq
+
+        if self._admin_execute("SELECT 1 FROM yb_standin.slots WHERE slot_name = %s", (name,)):
+            raise StreamRefused("42710", f'replication slot "{name}" already exists')
+        ht = self.current_ht()
+        if snapshot_action == "NOEXPORT_SNAPSHOT":
+            self._register(name, plugin, lsn_type, ht, None)
+            return None
+        conn = pq.PGconn.connect(real_conninfo(self.cluster, self.database, replication=True).encode())
+        temp = "ybss_" + uuid.uuid4().hex[:24]
+        result = conn.exec_(f"CREATE_REPLICATION_SLOT {temp} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT".encode())
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            text = result.error_message.decode(errors="replace")
+            conn.finish()
+            raise StreamRefused("XX000", f"could not create the consistent snapshot: {text}")
+        boundary, snapshot = result.get_value(0, 1).decode(), result.get_value(0, 2).decode()
+        try:
+            self._register(name, plugin, lsn_type, ht, boundary)
+        except StreamRefused:
+            conn.finish()
+            raise
+        with self._lock:
+            self._snapshots[ht] = (conn, snapshot, name)
+        return str(ht) if snapshot_action == "USE_SNAPSHOT" else snapshot
+
+    def drop_slot(self, name: str) -> None:
+        self._call("SELECT yb_standin.pg_drop_replication_slot(%s)", (name,))
+        self._release_dropped_snapshots()
+
+    def snapshot_for(self, ht: int) -> str | None:
+        with self._lock:
+            held = self._snapshots.get(ht)
+            if held is not None:
+                return held[1]
+            for _conn, snapshot, _slot in self._snapshots.values():
+                if snapshot == str(ht):
+                    return snapshot
+        return None
+
+    def _register(self, name, plugin, lsn_type, ht, boundary) -> None:
+        self._call(
+            "SELECT yb_standin.register_slot(%s, %s, %s, %s, %s::pg_lsn)",
+            (name, plugin, lsn_type.upper(), ht, boundary),
+        )
+
+    def _call(self, statement: str, params: tuple) -> None:
+        try:
+            self._admin_execute(statement, params)
+        except psycopg.Error as exc:
+            diag = exc.diag
+            raise StreamRefused(diag.sqlstate or "XX000", diag.message_primary or str(exc), diag.message_hint) from None
+
+    def _release_dropped_snapshots(self) -> None:
+        try:
+            live = {r[0] for r in self._admin_execute("SELECT slot_name FROM yb_standin.slots")}
+        except psycopg.Error:
+            return
+        with self._lock:
+            for ht, (conn, _snapshot, slot) in list(self._snapshots.items()):
+                if slot not in live:
+                    conn.finish()
+                    del self._snapshots[ht]
+
+    def _admin_execute(self, statement: str, params: tuple = ()) -> list[tuple]:
+        assert self._admin is not None, "start() first"
+        with self._lock:
+            cur = self._admin.execute(statement, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    # -- installation -------------------------------------------------------------------------
+
+    def _install(self) -> None:
+        conn = self._admin
+        with conn.transaction():
+            conn.execute("SET LOCAL search_path = pg_catalog")
+            conn.execute(CATALOG_SQL.read_text())
+            conn.execute(
+                "INSERT INTO yb_standin.settings VALUES (true, %s, %s, %s) ON CONFLICT (one) DO UPDATE SET "
+                "retention_ms = excluded.retention_ms, active_window_ms = excluded.active_window_ms, "
+                "advisory_locks = excluded.advisory_locks",
+                (self.retention_ms, self.active_window_ms, self.advisory_locks),
+            )
+            self._install_pg_class(conn)
+            self._install_advisory_locks(conn)
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION yb_standin.yb_hash_code(value text) RETURNS integer LANGUAGE sql "
+                "IMMUTABLE AS $$ SELECT hashtext(value) & 65535 $$"
+            )
+            conn.execute("DROP EVENT TRIGGER IF EXISTS yb_standin_create_table")
+            conn.execute(
+                "CREATE EVENT TRIGGER yb_standin_create_table ON ddl_command_end "
+                "WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO') "
+                "EXECUTE FUNCTION yb_standin.on_create_table()"
+            )
+            for (relid,) in conn.execute(
+                "SELECT c.oid::regclass::text FROM pg_class c LEFT JOIN yb_standin.identity i ON i.relid = c.oid "
+                "WHERE yb_standin.is_user_table(c.oid) AND c.relreplident <> 'f' AND coalesce(i.ident, 'c') <> 'n'"
+            ).fetchall():
+                conn.execute(f"ALTER TABLE {relid} REPLICA IDENTITY FULL")
+            if not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (PUBLICATION,)).fetchone():
+                conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES")
+            conn.execute(
+                sql.SQL('ALTER DATABASE {} SET search_path = "$user", public, yb_standin, pg_catalog').format(
+                    sql.Identifier(self.database)
+                )
+            )
+        if not conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (self.journal_slot,)
+        ).fetchone():
+            conn.execute("SELECT pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput')", (self.journal_slot,))
+        conn.execute("SET search_path = pg_catalog")
+
+    @staticmethod
+    def _install_pg_class(conn: psycopg.Connection) -> None:
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_class'::regclass AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum"
+            ).fetchall()
+        ]
+        select = ", ".join(
+            "CASE WHEN c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'yb_standin') "
+            "AND n.nspname NOT LIKE 'pg\\_%' THEN coalesce(i.ident, 'c') ELSE c.relreplident END AS relreplident"
+            if name == "relreplident"
+            else f"c.{name}"
+            for name in columns
+        )
+        conn.execute(
+            f"CREATE OR REPLACE VIEW yb_standin.pg_class AS SELECT {select} FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN yb_standin.identity i ON i.relid = c.oid"
+        )
+        conn.execute("GRANT SELECT ON yb_standin.pg_class TO PUBLIC")
+
+    def _install_advisory_locks(self, conn: psycopg.Connection) -> None:
+        signatures = [(name, args, returns) for name, returns in _ADVISORY for args in ("bigint", "integer, integer")]
+        signatures.append(("pg_advisory_unlock_all", "", "void"))
+        for name, args, returns in signatures:
+            if self.advisory_locks:
+                conn.execute(f"DROP FUNCTION IF EXISTS yb_standin.{name}({args})")
+            else:
+                conn.execute(
+                    f"CREATE OR REPLACE FUNCTION yb_standin.{name}({args}) RETURNS {returns} LANGUAGE plpgsql AS "
+                    f"$$ BEGIN RAISE EXCEPTION 'advisory locks are not yet implemented' USING "
+                    f"ERRCODE = 'feature_not_supported', HINT = '{_ADVISORY_HINT}'; END $$"
+                )
+
+
+def main() -> None:
+    """Serves until stdin closes (the test process stopped it or went away)."""
+    import argparse
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    config = json.loads(parser.parse_args().config)
+    cluster = SimpleNamespace(**config.pop("cluster"))
+    service = StandInService(cluster, config.pop("database"), **config).start()
+    print(service.proxy.port, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        service.stop()
+
+
+if __name__ == "__main__":
+    main()
