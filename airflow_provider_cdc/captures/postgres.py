@@ -172,7 +172,7 @@ class PostgresCapture(Capture):
         hook = self.hook()
         streams = self.streams
         report, published = self._setup_preflight(hook, streams)
-        load_offset(self.store(), self.topic_prefix)  # a state-table store creates its table
+        load_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
         publication = hook.ensure_publication(
             self.resolved_publication_name, published, self.publication_autocreate_mode
         )

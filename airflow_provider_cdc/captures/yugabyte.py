@@ -177,7 +177,7 @@ class YugabyteCapture(PostgresCapture):
 
         hook = self.hook()
         server, tables, published = self._yb_preflight(hook)
-        load_offset(self.store(), self.topic_prefix)  # a state-table store creates its table
+        load_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
         with hook.session() as conn:
             admin.ensure_heartbeat_table(conn, self.heartbeat_table_ref)
         publication = hook.ensure_publication(
