@@ -319,6 +319,7 @@ def test_advisory_locks_refused_before_2025_1(pg15):
     yb = YugabyteStandIn(pg15, "yb_no_advisory_locks", advisory_locks=False).start()
     try:
         with yb.connect() as conn:
+            assert "-YB-2024.2.4.0-b0" in conn.execute("SELECT version()").fetchone()[0]
             for call in ("pg_try_advisory_lock(42)", "pg_advisory_unlock(42)", "pg_advisory_lock(1, 2)"):
                 with pytest.raises(
                     psycopg.errors.FeatureNotSupported, match="advisory locks are not yet implemented"
@@ -680,3 +681,11 @@ def test_generic_options_drop_command_read_time_call_and_schema_change(yugabyte)
     finally:
         conn.finish()
     assert yugabyte.admin_query("SELECT count(*) FROM yb_standin.slots") == [(0,)]
+
+
+def test_reports_a_yb_version(yugabyte):
+    with yugabyte.connect() as conn:
+        assert "-YB-2025.1.0.0-b0" in conn.execute("SELECT version()").fetchone()[0]
+        assert conn.execute("SHOW server_version").fetchone()[0].startswith("15.")
+        assert conn.info.parameter_status("server_version").endswith("-YB-2025.1.0.0-b0")
+        assert conn.info.server_version >= 150000

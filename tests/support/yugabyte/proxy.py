@@ -181,6 +181,8 @@ class _Session:
         try:
             while True:
                 kind, body = read_message(self.server)
+                if kind == b"S" and body.startswith(b"server_version\0"):  # as YB reports it
+                    body = body[:-1] + f"-YB-{self.standin.release}-b0".encode() + b"\0"
                 self.send_client(message(kind, body))
         except (EOFError, OSError):
             close_quietly(self.client)

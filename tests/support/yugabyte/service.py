@@ -59,6 +59,8 @@ class StandInService:
         self.retention_ms = retention_ms
         self.active_window_ms = active_window_ms
         self.advisory_locks = advisory_locks
+        # the YB release the stand-in says it is: advisory locks came with 2025.1 (research §7)
+        self.release = "2025.1.0.0" if advisory_locks else "2024.2.4.0"
         self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self.closed = False
         self.proxy: YugabyteProxy | None = None
@@ -191,6 +193,11 @@ class StandInService:
             )
             self._install_pg_class(conn)
             self._install_advisory_locks(conn)
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION yb_standin.version() RETURNS text LANGUAGE sql STABLE AS "
+                "$$ SELECT 'PostgreSQL ' || current_setting('server_version') || %s "
+                "|| ' on x86_64-pc-linux-gnu, compiled by clang, 64-bit' $$".replace("%s", f"'-YB-{self.release}-b0'")
+            )
             conn.execute(
                 "CREATE OR REPLACE FUNCTION yb_standin.yb_hash_code(value text) RETURNS integer LANGUAGE sql "
                 "IMMUTABLE AS $$ SELECT hashtext(value) & 65535 $$"
