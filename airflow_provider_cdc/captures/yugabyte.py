@@ -343,6 +343,7 @@ class YugabyteRun(SourceRun):
             current=current,
             now_ms=now_ms,
             retention_ms=capture.intent_retention_ms,
+            clamp=until is not None,
         )
         # A commit after the end, so the window's reader stops (YugabyteDB's walsender never says
         # it has caught up). A retry's window ended earlier: this row is after its end too.

@@ -36,7 +36,7 @@ def test_example_dag_captures_each_interval_exactly(yugabyte_conn, tmp_path, mon
     from airflow.models import Variable
 
     standin, conn_id = yugabyte_conn
-    workload.create(standin, customers=5, orders_per_customer=2)
+    workload.create(standin, customers=8, orders_per_customer=2)
     monkeypatch.setenv("CDC_EXAMPLE_YUGABYTEDB_CONN_ID", conn_id)
     monkeypatch.setenv("CDC_EXAMPLE_SINK_PATH", str(tmp_path / "lake"))
     monkeypatch.setenv("CDC_EXAMPLE_STATE_PATH", str(tmp_path / "state"))
@@ -50,7 +50,7 @@ def test_example_dag_captures_each_interval_exactly(yugabyte_conn, tmp_path, mon
     first = af.run(dag, 0, errors=errors)  # the snapshot, and an empty window after it
     assert first.state == "success", errors
     assert set(first.tasks.values()) == {"success"}, first.tasks
-    assert first.xcom["snapshot"]["events"] == {"shop.public.customers": {"r": 5}, "shop.public.orders": {"r": 10}}
+    assert first.xcom["snapshot"]["events"] == {"shop.public.customers": {"r": 8}, "shop.public.orders": {"r": 16}}
     assert first.xcom["capture_window"]["changes"] == 0
     assert first.xcom["slot_health"]["healthy"] is True
 

@@ -36,25 +36,23 @@ def test_a_lost_acknowledgement_retransmits_and_nothing_is_doubled(yugabyte_conn
     confirmed = slot_row(standin)["confirmed_flush_lsn"]
 
     # The acknowledgement is lost (the worker died after the offset save): the slot stays behind.
-    monkeypatch.setattr(captures.YugabyteRun, "acknowledge", lambda self, position: None)
-    made = workload.mutate(standin, 1)
-    second = af.run(dag, 1, errors=errors)
-    assert second.state == "success", errors
-    assert slot_row(standin)["confirmed_flush_lsn"] == confirmed
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        patched.setattr(captures.YugabyteRun, "acknowledge", lambda self, position: None)
+        made = workload.mutate(standin, 1)
+        second = af.run(dag, 1, errors=errors)
+        assert second.state == "success", errors
+        assert slot_row(standin)["confirmed_flush_lsn"] == confirmed
 
-    # The next window streams the unacknowledged transactions again and skips them; the run
-    # acknowledges past them.
+    # The next window starts at its own start (YugabyteDB filters what commits before it); its
+    # acknowledgement streams the unacknowledged transactions again and confirms past them.
     later = workload.mutate(standin, 2)
     third = af.run(dag, 2, errors=errors)
     assert third.state == "success", errors
-    entry = committed_windows(tmp_path)[-1]
-    assert entry.stats["retransmitted_skipped"] >= workload.TRANSACTIONS_PER_ROUND
     assert {op: sum(c.get(op, 0) for c in third.xcom["window"]["events"].values()) for op in "cud"} == later
     assert slot_row(standin)["confirmed_flush_lsn"] != confirmed
     assert_reproduces_source(standin, tmp_path)
     ops = [e["op"] for e in events_of(tmp_path, "shop", "public.customers") if e["op"] != "r"]
-    assert ops.count("u") == made["u"] - 2 + later["u"] - 2  # two of each round's updates are orders'
+    assert ops.count("u") == made["u"] - 4 + later["u"] - 4  # four of each round's updates are orders'
 
 
 def test_an_expired_slot_fails_or_resnapshots(yugabyte_conn, tmp_path):
@@ -92,13 +90,13 @@ def test_an_expired_slot_fails_or_resnapshots(yugabyte_conn, tmp_path):
 def _age_last_read(capture, ms: int) -> None:
     from dataclasses import replace
 
-    from airflow_provider_cdc.offsets.base import load_offset, save_offset
+    from airflow.models import Variable  # outside a task: the metadata database's Variable
 
-    store = capture.store()
-    offset = load_offset(store, capture.topic_prefix, capture.OFFSET_TYPE)
+    key = capture.store().key(capture.topic_prefix)
+    offset = capture.OFFSET_TYPE.from_json(Variable.get(key))
     state = dict(offset.extra["source_state"])
     state["last_read_ms"] -= ms
-    save_offset(store, replace(offset, extra={**offset.extra, "source_state": state}), previous=offset)
+    Variable.set(key, replace(offset, extra={**offset.extra, "source_state": state}).to_json())
 
 
 def test_the_capture_lock_falls_back_to_a_row_lock_without_advisory_locks(request, pg15, airflow_db, tmp_path):
@@ -145,12 +143,15 @@ def test_setup_refuses_tables_without_a_primary_key_and_a_slot_of_another_plugin
     standin, conn_id = yugabyte_conn
     with standin.connect() as conn:
         conn.execute("CREATE TABLE public.keyless (a int, b text)")
-    standin.create_slot("cdc_shop", "pgoutput", lsn_type="HYBRID_TIME")
+    from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
+
+    with ReplicationConnection(standin.connection_info()) as replication:
+        replication.create_slot("cdc_shop", plugin="pgoutput", options=("HYBRID_TIME",))
     capture = make_capture(conn_id, tmp_path / "lake", standin.database, tables=["public.keyless"])
     with pytest.raises(CdcConfigurationError) as raised:
         capture.setup(__import__("logging").getLogger("test"))
     text = str(raised.value)
-    assert "public.keyless has no primary key" in text
+    assert '"public"."keyless" has no primary key' in text
     assert "uses plugin 'pgoutput'" in text
     assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").iterdir())
     assert standin.admin_query("SELECT to_regclass('public.airflow_cdc_heartbeat')") == [(None,)]

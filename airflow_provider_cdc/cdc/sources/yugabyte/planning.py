@@ -92,8 +92,11 @@ def plan_stream_window(
     current: int,
     now_ms: int,
     retention_ms: int,
+    clamp: bool = False,
 ) -> StreamPlan:
-    """The next stream window, ending after the commits at or before hybrid time ``end``."""
+    """The next stream window, ending after the commits at or before hybrid time ``end``; with
+    ``clamp`` (an ``upto_time`` before the offset, e.g. the first interval after a snapshot) an
+    empty window at the offset instead of an error."""
     notes: list[str] = []
     expired = slot_unavailable(offset, slot, retention_ms=retention_ms, now_ms=now_ms)
     if expired is not None and expired[0] == "slot_expired":
@@ -107,9 +110,10 @@ def plan_stream_window(
     ).note_into(notes)
     assert offset.lsn is not None
     check_slot_not_ahead(slot, offset)
+    target = max(end + 1, int(offset.lsn)) if clamp else end + 1
     window, offset = core.plan_window(
         offset,
-        target=YbLsn(end + 1),
+        target=YbLsn(target),
         current=YbLsn(current + 1),
         now_ms=now_ms,
         notes=notes,
