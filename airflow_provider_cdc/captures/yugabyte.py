@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -86,11 +86,8 @@ class YugabyteCapture(PostgresCapture):
         self.postgres_conn_id = self.postgres_conn_id or self.yugabytedb_conn_id
         if not self.postgres_conn_id:
             raise CdcConfigurationError("yugabytedb_conn_id is required")
-        if self.lsn_type != "HYBRID_TIME":
-            raise CdcConfigurationError(
-                f"lsn_type {self.lsn_type!r} is not supported: windows end at a hybrid time, which needs "
-                "HYBRID_TIME slots (SEQUENCE slots are not supported yet)"
-            )
+        if self.lsn_type not in admin.LSN_TYPES:
+            raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(admin.LSN_TYPES)}")
         if self.message_prefix_include_list or self.message_prefix_exclude_list:
             raise CdcConfigurationError(
                 "message_prefix_include_list / message_prefix_exclude_list: YugabyteDB never streams logical "
@@ -277,6 +274,7 @@ class YugabyteRun(SourceRun):
         self.identity = identity
         self.tables: tuple[TableRef, ...] = ()
         self._snapshot_ht: int | None = None
+        self._snapshot_end: int | None = None
         self._slot_before: admin.YbSlotStatus | None = None
 
     @property
@@ -299,7 +297,10 @@ class YugabyteRun(SourceRun):
         if status is not None:
             log.warning("dropping slot %r to snapshot at a new one's consistent point", self.slot_name)
             admin.drop_slot(self.conn, self.slot_name, timeout=capture.slot_drop_timeout_seconds)
-        _, self._snapshot_ht = admin.create_slot(self.hook.connection_info, self.slot_name, capture.lsn_type)
+        _, self._snapshot_ht, point = admin.create_slot(self.hook.connection_info, self.slot_name, capture.lsn_type)
+        # Where the stream continues: after the consistent hybrid time, or after a SEQUENCE slot's
+        # consistent point (the slot reports it as confirmed; its first commit comes later).
+        self._snapshot_end = (point if capture.lsn_type == "SEQUENCE" else self._snapshot_ht) + 1
         log.warning("created replication slot %r at hybrid time %d", self.slot_name, self._snapshot_ht)
 
     def gap(
@@ -323,6 +324,9 @@ class YugabyteRun(SourceRun):
     ) -> StreamPlan:
         capture = self.capture
         slot = admin.require_slot(self.conn, self.slot_name, self.identity.database, capture.lsn_type)
+        self._slot_before = slot
+        if capture.lsn_type == "SEQUENCE":
+            return self._plan_sequence_window(offset, slot, requested, now_ms, until)
         current = int(slot.current_ht)
         if until is not None:
             # The commits before ``until``: hybrid times below its own.
@@ -333,7 +337,6 @@ class YugabyteRun(SourceRun):
             end = int(requested) - 1  # upto_lsn is the window's exclusive end, like every source
         else:
             end = current
-        self._slot_before = slot
         plan = planning.plan_stream_window(
             mode=capture.snapshot_mode,
             offset=offset,  # type: ignore[arg-type]
@@ -350,6 +353,47 @@ class YugabyteRun(SourceRun):
         admin.write_fence(self.conn, capture.heartbeat_table_ref, capture.topic_prefix, plan.window.window_id)
         return plan
 
+    def _plan_sequence_window(
+        self, offset: CaptureOffset | None, slot: admin.YbSlotStatus, requested: Any, now_ms: int, until: Any
+    ) -> StreamPlan:
+        """A SEQUENCE slot's LSNs are counters: the window ends before the transaction that wrote its
+        fence row, found by streaming to it (a retry reuses the pending window and reads nothing)."""
+        capture = self.capture
+        if until is not None:
+            raise CdcConfigurationError(
+                "upto_time needs HYBRID_TIME slots (a SEQUENCE slot's positions are not times); use upto_lsn "
+                "or lsn_type='HYBRID_TIME'"
+            )
+        plan = planning.plan_stream_window(
+            mode=capture.snapshot_mode,
+            offset=offset,  # type: ignore[arg-type]
+            slot=slot,
+            identity=self.identity,
+            end=admin.MAX_POSITION - 1,
+            current=admin.MAX_POSITION - 1,
+            now_ms=now_ms,
+            retention_ms=capture.intent_retention_ms,
+        )
+        if offset is not None and plan.window == offset.pending:
+            return plan  # a retry: the same window, found when it was first planned
+        window = plan.window
+        assert window.from_lsn is not None
+        if requested is not None:
+            end = max(int(requested), int(window.from_lsn))
+        else:
+            admin.write_fence(self.conn, capture.heartbeat_table_ref, capture.topic_prefix, window.window_id)
+            end = admin.find_fence(
+                self.hook.connection_info,
+                self.slot_name,
+                capture.resolved_publication_name,
+                int(window.from_lsn),
+                capture.heartbeat_table_ref,
+                window.window_id,
+                timeout=capture.acknowledge_timeout_seconds,
+            )
+        window = replace(window, to_lsn=YbLsn(end))
+        return replace(plan, window=window, offset=plan.offset.with_pending(window))
+
     def heartbeat(self, query: str) -> None:
         pg_admin.run_heartbeat(self.conn, query)
 
@@ -360,7 +404,8 @@ class YugabyteRun(SourceRun):
             return None
         if slot.confirmed_flush_lsn is not None and slot.confirmed_flush_lsn >= flush:
             return slot.confirmed_flush_lsn
-        if slot.restart_commit_ht is not None and slot.restart_commit_ht >= flush:
+        hybrid = self.capture.lsn_type == "HYBRID_TIME"
+        if hybrid and slot.restart_commit_ht is not None and slot.restart_commit_ht >= flush:
             # Nothing committed at or before ``flush`` is unacknowledged (a snapshot's window ends
             # at the new slot's consistent point): streaming would only wait for the timeout.
             return slot.confirmed_flush_lsn
@@ -426,6 +471,7 @@ class YugabyteRun(SourceRun):
             checkpoint=checkpoint,
             gap=gap,
             snapshot_ht=snapshot_ht if window.kind == "snapshot" else None,
+            snapshot_end=self._snapshot_end if window.kind == "snapshot" else None,
             read_time_procedure=capture.read_time_procedure,
             lsn_type=capture.lsn_type,
         )

@@ -112,3 +112,28 @@ def test_snapshot_and_windows_reproduce_the_source(yugabyte_conn, tmp_path):
     assert {op: sum(c.get(op, 0) for c in third.xcom["window"]["events"].values()) for op in "cud"} == made
     assert third.xcom["window"]["from_lsn"] == window["to_lsn"]
     assert_reproduces_source(standin, tmp_path)
+
+
+def test_sequence_slots_end_each_window_at_its_fence(yugabyte_conn, tmp_path):
+    """SEQUENCE slots number every record; a window ends before the transaction of its fence row,
+    found by streaming to it when the window is planned."""
+    standin, conn_id = yugabyte_conn
+    workload.create(standin)
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database, lsn_type="SEQUENCE")
+    dag = capture_dag(f"yb_{standin.database}", capture, errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.state == "success", errors
+    assert slot_row(standin)["yb_lsn_type"] == "SEQUENCE"
+    for round_no in (1, 2):
+        made = workload.mutate(standin, round_no)
+        run = af.run(dag, round_no, errors=errors)
+        assert run.state == "success", errors
+        window = run.xcom["window"]
+        assert {op: sum(c.get(op, 0) for c in window["events"].values()) for op in "cud"} == made
+        assert window["transactions"] == workload.TRANSACTIONS_PER_ROUND
+        assert_reproduces_source(standin, tmp_path)
+    # Acknowledged up to the last window: its end is the fence's commit position.
+    from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+
+    assert YbLsn(slot_row(standin)["confirmed_flush_lsn"]) == YbLsn(window["to_lsn"]) - 1

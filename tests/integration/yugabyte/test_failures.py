@@ -127,7 +127,7 @@ def test_the_capture_lock_falls_back_to_a_row_lock_without_advisory_locks(reques
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"lsn_type": "SEQUENCE"}, "SEQUENCE slots are not supported"),
+        ({"lsn_type": "sequence"}, "lsn_type 'sequence' is not one of HYBRID_TIME, SEQUENCE"),
         ({"message_prefix_include_list": ["app"]}, "never streams logical messages"),
         ({"intent_retention_ms": 10}, "intent_retention_ms"),
         ({"read_time_procedure": "x; DROP TABLE t"}, "read_time_procedure"),

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 PLUGIN = "yboutput"
 LSN_TYPES = ("HYBRID_TIME", "SEQUENCE")
+MAX_POSITION = (1 << 64) - 1
 
 SLOT_STATUS_SQL = """
     SELECT s.slot_name::text, s.plugin::text, s.slot_type::text, s.database::text, s.active,
@@ -152,10 +153,11 @@ def require_slot(conn: Any, slot: str, database: str, lsn_type: str) -> YbSlotSt
     return status
 
 
-def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlotStatus, int]:
+def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlotStatus, int, int]:
     """Create the slot over the replication protocol with ``USE_SNAPSHOT``, so YugabyteDB keeps the
     history a snapshot at its consistent point needs (``pg_create_logical_replication_slot``
-    creates it without). Returns the slot and its consistent hybrid time."""
+    creates it without). Returns the slot, its consistent hybrid time and its consistent point (the
+    slot's first LSN: what a ``SEQUENCE`` slot's stream starts from)."""
     from airflow_provider_cdc.cdc.sources.postgres.connection import connect
 
     with ReplicationConnection(info) as replication:
@@ -174,7 +176,7 @@ def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlo
             f"replication slot {slot!r} reports no consistent hybrid time (yb_restart_commit_ht); "
             "this YugabyteDB release cannot snapshot at the slot's start"
         )
-    return status, int(point)
+    return status, int(point), int(creation.consistent_point)
 
 
 def drop_slot(conn: Any, slot: str, *, timeout: float = 120.0, poll: float = 1.0) -> bool:
@@ -297,6 +299,57 @@ def write_fence(conn: Any, ref: TableRef, capture: str, window_id: str) -> None:
             f"cannot write the window's fence row into heartbeat table {ref}: {str(exc).strip()}. Run the setup "
             f"task (it creates the table and publishes it), or GRANT INSERT, UPDATE ON {ref} to the capture role"
         ) from None
+
+
+def find_fence(
+    info: PgConnectionInfo,
+    slot: str,
+    publication: str,
+    start: int,
+    heartbeat: TableRef,
+    window_id: str,
+    *,
+    timeout: float = 120.0,
+) -> int:
+    """The commit LSN of the transaction that wrote ``window_id``'s fence row: where a window of a
+    ``SEQUENCE`` slot ends (its LSNs are counters, so the end is found by reading up to the fence,
+    headers and the heartbeat table's rows only)."""
+    from airflow_provider_cdc.cdc.sources.postgres.decoder import Insert, Relation, Update
+
+    fence_oid: int | None = None
+    window_column: int | None = None
+    begin: int | None = None
+    deadline = time.monotonic() + timeout
+    wanted = window_id.encode()
+    with ReplicationConnection(info) as replication:
+        replication.start_logical(slot, start, {"proto_version": "1", "publication_names": quote_ident(publication)})
+        for frame in replication.frames(idle_timeout=max(timeout, 1.0)):
+            if time.monotonic() > deadline:
+                break
+            if not isinstance(frame, XLogData) or not frame.payload:
+                continue
+            kind = frame.payload[:1]
+            if kind == b"B":
+                message = decode_message(frame.payload)
+                assert isinstance(message, Begin)
+                begin = message.final_lsn
+            elif kind == b"R":
+                relation = decode_message(frame.payload)
+                assert isinstance(relation, Relation)
+                if (relation.namespace, relation.name) == (heartbeat.schema, heartbeat.name):
+                    fence_oid = relation.oid
+                    names = [c.name for c in relation.columns]
+                    window_column = names.index("window_id") if "window_id" in names else None
+            elif kind in (b"I", b"U") and fence_oid is not None and window_column is not None:
+                change = decode_message(frame.payload)
+                assert isinstance(change, (Insert, Update))
+                if change.relation_oid == fence_oid and change.new[window_column] == wanted:
+                    assert begin is not None
+                    return begin
+    raise CdcTransientError(
+        f"the fence row of window {window_id} did not arrive on slot {slot!r} within {timeout:.0f}s; "
+        "a retry plans the window again"
+    )
 
 
 # -- acknowledgement -------------------------------------------------------------------------------

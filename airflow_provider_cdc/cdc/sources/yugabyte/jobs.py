@@ -129,7 +129,7 @@ def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> Commi
         writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
     # The stream continues with the commits after the consistent point.
     return writer.commit(
-        spec.window.with_end(YbLsn(ht + 1)),
+        spec.window.with_end(YbLsn(spec.snapshot_end if spec.snapshot_end is not None else ht + 1)),
         stats={
             **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
             "rows": rows,

@@ -18,6 +18,9 @@ from airflow_provider_cdc.cdc.spec import common_from_json, common_to_dict
 class YugabyteJobSpec(PostgresJobSpec):
     # A snapshot reads at this hybrid time (the slot's consistent point); None for stream windows.
     snapshot_ht: int | None = None
+    # Where the stream continues after the snapshot (HYBRID_TIME: snapshot_ht + 1; SEQUENCE: the
+    # slot's consistent point).
+    snapshot_end: int | None = None
     # The SECURITY DEFINER procedure that sets yb_read_time for a role that may not set it.
     read_time_procedure: str | None = None
     lsn_type: str = "HYBRID_TIME"
@@ -33,6 +36,7 @@ class YugabyteJobSpec(PostgresJobSpec):
             "publication_name": self.publication_name,
             "previous_commit_lsn": None if self.previous_commit_lsn is None else int(self.previous_commit_lsn),
             "snapshot_ht": self.snapshot_ht,
+            "snapshot_end": self.snapshot_end,
             "read_time_procedure": self.read_time_procedure,
             "lsn_type": self.lsn_type,
         }
@@ -48,6 +52,7 @@ class YugabyteJobSpec(PostgresJobSpec):
             publication_name=data["publication_name"],
             previous_commit_lsn=None if previous is None else YbLsn(previous),  # type: ignore[arg-type]
             snapshot_ht=data.get("snapshot_ht"),
+            snapshot_end=data.get("snapshot_end"),
             read_time_procedure=data.get("read_time_procedure"),
             lsn_type=data.get("lsn_type", "HYBRID_TIME"),
         )
