@@ -10,7 +10,8 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Change data capture as scheduled, bounded batches: PostgreSQL logical "
-        "replication and SQL Server CDC to Debezium-compatible change events, run on Spark.",
+        "replication, SQL Server CDC and YugabyteDB logical replication to Debezium-compatible change "
+        "events, run on Spark.",
         "versions": [__version__],
         "integrations": [
             {
@@ -23,6 +24,11 @@ def get_provider_info() -> dict:
                 "external-doc-url": "https://learn.microsoft.com/sql/relational-databases/track-changes/about-change-data-capture-sql-server",
                 "tags": ["software"],
             },
+            {
+                "integration-name": "YugabyteDB change capture",
+                "external-doc-url": "https://docs.yugabyte.com/stable/additional-features/change-data-capture/",
+                "tags": ["software"],
+            },
         ],
         "hooks": [
             {
@@ -32,6 +38,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "SQL Server change capture",
                 "python-modules": ["airflow_provider_cdc.hooks.sqlserver_cdc"],
+            },
+            {
+                "integration-name": "YugabyteDB change capture",
+                "python-modules": ["airflow_provider_cdc.hooks.yugabyte_cdc"],
             },
         ],
         "operators": [
@@ -47,6 +57,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "SQL Server change capture",
                 "python-modules": ["airflow_provider_cdc.operators.sqlserver_health"],
+            },
+            {
+                "integration-name": "YugabyteDB change capture",
+                "python-modules": ["airflow_provider_cdc.operators.yugabyte_health"],
             },
         ],
         "sensors": [

@@ -124,7 +124,8 @@ def slot_problems(status: YbSlotStatus, database: str, lsn_type: str) -> list[st
     if status.slot_type != "logical" or status.plugin != PLUGIN:
         problems.append(
             f"replication slot {status.slot_name!r} uses plugin {status.plugin!r}; this capture needs a "
-            f"logical slot with {PLUGIN!r} (pgoutput cannot stream tables with REPLICA IDENTITY CHANGE). "
+            f"logical slot with {PLUGIN!r}: pgoutput cannot stream tables with REPLICA IDENTITY CHANGE, "
+            "YugabyteDB's default (the server's hint: \"Consider using output plugin yboutput instead\"). "
             "Use another slot name, or drop the slot if nothing else uses it."
         )
     if status.database is not None and status.database != database:
@@ -414,6 +415,11 @@ def check_tables(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
 def stream_error(slot: str, message: str) -> Exception:
     """A START_REPLICATION failure in YugabyteDB's words, classified."""
     lowered = message.lower()
+    if "is not supported for output plugin" in lowered:
+        return SlotConfigurationError(
+            f"replication slot {slot!r} cannot stream the publication's tables: {message}. Drop the slot and "
+            f"let the snapshot create it with plugin {PLUGIN!r}"
+        )
     if "expired" in lowered:
         return WalLostError(
             f"replication slot {slot!r} expired: {message}. YugabyteDB drops a slot's changes when it is not "
