@@ -32,7 +32,7 @@ from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, Pos
 from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.types import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
-from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
 
 if TYPE_CHECKING:
@@ -301,17 +301,12 @@ class PostgresRun(SourceRun):
     def gap(
         self, decision: SnapshotDecision, offset: CaptureOffset | None, status: admin.SlotStatus | None, now_ms: int
     ) -> CaptureGap:
-        assert decision.gap_reason is not None
-        return CaptureGap(
-            reason=decision.gap_reason,
-            detail=decision.reason,
-            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
-            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
-            slot_confirmed_lsn=None
-            if status is None or status.confirmed_flush_lsn is None
-            else str(status.confirmed_flush_lsn),
+        return CaptureGap.of(
+            decision,
+            offset,
+            now_ms,
+            slot_confirmed_lsn=None if status is None else status.confirmed_flush_lsn,
             wal_status=None if status is None else status.wal_status,
-            detected_ts_ms=now_ms,
         )
 
     def plan_stream(

@@ -34,7 +34,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
-from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
 
 if TYPE_CHECKING:
@@ -350,16 +350,7 @@ class SqlServerRun(SourceRun):
     def gap(
         self, decision: SnapshotDecision, offset: CaptureOffset | None, status: SqlServerStatus, now_ms: int
     ) -> CaptureGap:
-        assert decision.gap_reason is not None
-        return CaptureGap(
-            reason=decision.gap_reason,
-            detail=decision.reason,
-            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
-            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
-            slot_confirmed_lsn=None,
-            wal_status=None,
-            detected_ts_ms=now_ms,
-        )
+        return CaptureGap.of(decision, offset, now_ms)
 
     def plan_stream(
         self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None

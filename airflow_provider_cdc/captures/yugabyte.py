@@ -36,7 +36,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetim
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
 from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
 from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
 
 if TYPE_CHECKING:
@@ -306,18 +306,8 @@ class YugabyteRun(SourceRun):
     def gap(
         self, decision: SnapshotDecision, offset: CaptureOffset | None, status: admin.YbSlotStatus | None, now_ms: int
     ) -> CaptureGap:
-        assert decision.gap_reason is not None
-        return CaptureGap(
-            reason=decision.gap_reason,
-            detail=decision.reason,
-            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
-            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
-            slot_confirmed_lsn=None
-            if status is None or status.confirmed_flush_lsn is None
-            else str(status.confirmed_flush_lsn),
-            wal_status=None,
-            detected_ts_ms=now_ms,
-        )
+        confirmed = None if status is None else status.confirmed_flush_lsn
+        return CaptureGap.of(decision, offset, now_ms, slot_confirmed_lsn=confirmed)
 
     def plan_stream(
         self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None

@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 #: PostgreSQL: the slot is gone, its WAL was removed, or it moved past the offset; SQL Server: the
-#: cleanup job purged unread change rows, or a capture instance was disabled.
+#: cleanup job purged unread change rows, or a capture instance was disabled; YugabyteDB: the slot
+#: was not read within the intent retention and expired.
 GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead", "changes_purged", "instance_missing", "slot_expired")
 
 GAP_SCHEMA = pa.schema(
@@ -48,6 +49,31 @@ class CaptureGap:
     def __post_init__(self) -> None:
         if self.reason not in GAP_REASONS:
             raise ValueError(f"unknown gap reason {self.reason!r}")
+
+    @classmethod
+    def of(
+        cls,
+        decision: Any,
+        offset: Any,
+        now_ms: int,
+        *,
+        slot_confirmed_lsn: Any = None,
+        wal_status: str | None = None,
+    ) -> CaptureGap:
+        """The gap a snapshot ``decision`` (with its ``gap_reason``) records after ``offset`` (the
+        stored one, or None), with what the source can say about its reader."""
+        from airflow_provider_cdc.cdc.window import window_id_for
+
+        assert decision.gap_reason is not None
+        return cls(
+            reason=decision.gap_reason,
+            detail=decision.reason,
+            last_window_id=None if offset is None or not offset.window_seq else window_id_for(offset.window_seq),
+            last_lsn=None if offset is None or offset.lsn is None else str(offset.lsn),
+            slot_confirmed_lsn=None if slot_confirmed_lsn is None else str(slot_confirmed_lsn),
+            wal_status=wal_status,
+            detected_ts_ms=now_ms,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -202,7 +202,6 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     writer = sink.open_window(spec.window, topics_of(spec, tables))
     spark = spark_provider()
     context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
-    rows: dict[str, int] = {}
     with ReplicationConnection(info) as replication:
         creation = replication.create_slot(_temporary_slot_name(), temporary=True, export_snapshot=True)
         assert creation.snapshot_name is not None
@@ -229,31 +228,59 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
             len(tables),
             sum(len(p) for p in plans.values()),
         )
-        for ref in tables:
-            topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
-            rows[topic.name] = write_partitions(
-                spark,
-                writer,
-                topic,
-                plans[ref],
-                functools.partial(_read_range, info, point, tables[ref], context, spec.events),
-                file_name=_range_file,
-                schema=encoders[ref].layout.schema,
-                local=sink.is_local,
-            )
-            log.info("snapshot of %s: %d rows", ref, rows[topic.name])
-            faults.point("snapshot.table_written")
+        rows = write_snapshot_tables(
+            spark,
+            writer,
+            sink,
+            spec,
+            {ref: encoders[ref].layout.schema for ref in tables},
+            plans,
+            lambda ref: functools.partial(_read_range, info, point, tables[ref], context, spec.events),
+            file_name=_range_file,
+        )
+    # The exported snapshot and the temporary slot end with the replication connection.
+    return commit_snapshot(
+        writer, spec, creation.consistent_point, started=started, rows=rows, stats={"snapshot_xmin": xmin}
+    )
+
+
+def write_snapshot_tables(
+    spark: Any,
+    writer: Any,
+    sink: ParquetSink,
+    spec: PostgresJobSpec,
+    schemas: dict,
+    plans: dict,
+    reader_for: Callable[[Any], Any],
+    *,
+    file_name: Callable[[Any], str],
+) -> dict[str, int]:
+    """Every table's partitions as Spark tasks into its topic; the rows written per topic."""
+    rows: dict[str, int] = {}
+    for ref, schema in schemas.items():
+        topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
+        rows[topic.name] = write_partitions(
+            spark, writer, topic, plans[ref], reader_for(ref), file_name=file_name, schema=schema, local=sink.is_local
+        )
+        log.info("snapshot of %s: %d rows", ref, rows[topic.name])
+        faults.point("snapshot.table_written")
+    return rows
+
+
+def commit_snapshot(
+    writer: Any, spec: PostgresJobSpec, end: Any, *, started: float, rows: dict[str, int], stats: dict[str, Any]
+) -> CommitEntry:
+    """Commit a snapshot window ending at ``end`` (where the stream continues), with its gap, if any."""
     if spec.gap is not None:
         # Committed with the snapshot, so the gap and the rows that restart history are one unit.
         writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
-    # The exported snapshot and the temporary slot end with the replication connection.
     return writer.commit(
-        spec.window.with_end(creation.consistent_point),
+        spec.window.with_end(end),
         stats={
             **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
             "rows": rows,
             "seconds": round(time.monotonic() - started, 3),
-            "snapshot_xmin": xmin,
+            **stats,
             "job_pid": os.getpid(),
             **recorded_run(spec),
         },

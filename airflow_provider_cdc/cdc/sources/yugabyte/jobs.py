@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from typing import Any
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError
-from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.jobs import SparkProvider, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
-from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import connect
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, TableEncoder
-from airflow_provider_cdc.cdc.sources.postgres.jobs import StreamFlavour, run_stream, topics_of
+from airflow_provider_cdc.cdc.sources.postgres.jobs import (
+    StreamFlavour,
+    commit_snapshot,
+    run_stream,
+    topics_of,
+    write_snapshot_tables,
+)
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import SnapshotPoint
 from airflow_provider_cdc.cdc.sources.yugabyte import admin
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_to_unix_us
@@ -108,35 +111,22 @@ def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> Commi
         sum(len(p) for p in plans.values()),
     )
     faults.point("snapshot.exported")
-    rows: dict[str, int] = {}
-    for ref in tables:
-        topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
-        rows[topic.name] = write_partitions(
-            spark,
-            writer,
-            topic,
-            plans[ref],
-            functools.partial(
-                read_hash_range, info, point, spec.read_time_procedure, tables[ref], context, spec.events
-            ),
-            file_name=hash_range_file,
-            schema=encoders[ref].layout.schema,
-            local=sink.is_local,
-        )
-        log.info("snapshot of %s: %d rows", ref, rows[topic.name])
-        faults.point("snapshot.table_written")
-    if spec.gap is not None:
-        writer.write_batches(Topic.gaps(spec.topic_prefix), [spec.gap.to_batch(spec.window.window_id)])
+    rows = write_snapshot_tables(
+        spark,
+        writer,
+        sink,
+        spec,
+        {ref: encoders[ref].layout.schema for ref in tables},
+        plans,
+        lambda ref: functools.partial(
+            read_hash_range, info, point, spec.read_time_procedure, tables[ref], context, spec.events
+        ),
+        file_name=hash_range_file,
+    )
     # The stream continues with the commits after the consistent point.
-    return writer.commit(
-        spec.window.with_end(YbLsn(spec.snapshot_end if spec.snapshot_end is not None else ht + 1)),
-        stats={
-            **({"gap": spec.gap.to_dict()} if spec.gap is not None else {}),
-            "rows": rows,
-            "seconds": round(time.monotonic() - started, 3),
-            "snapshot_ht": ht,
-            "source_state": {"last_read_ms": int(time.time() * 1000)},  # the slot was created just now
-            "job_pid": os.getpid(),
-            **recorded_run(spec),
-        },
+    end = YbLsn(spec.snapshot_end if spec.snapshot_end is not None else ht + 1)
+    # The slot was created (and so read) just now: YugabyteDB's expiry timer starts here.
+    state = {"last_read_ms": int(time.time() * 1000)}
+    return commit_snapshot(
+        writer, spec, end, started=started, rows=rows, stats={"snapshot_ht": ht, "source_state": state}
     )

@@ -11,7 +11,7 @@ from typing import Any
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
-from airflow_provider_cdc.cdc.spec import common_from_json, common_to_dict
+from airflow_provider_cdc.cdc.spec import common_from_json
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,7 @@ class YugabyteJobSpec(PostgresJobSpec):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            **common_to_dict(self),
-            "connection": self.connection.to_dict(),
-            "slot_name": self.slot_name,
-            "publication_name": self.publication_name,
-            "previous_commit_lsn": None if self.previous_commit_lsn is None else int(self.previous_commit_lsn),
+            **super().to_dict(),
             "snapshot_ht": self.snapshot_ht,
             "snapshot_end": self.snapshot_end,
             "read_time_procedure": self.read_time_procedure,
