@@ -78,5 +78,9 @@ def get_provider_info() -> dict:
                 "integration-name": "SQL Server change capture",
                 "python-modules": ["airflow_provider_cdc.triggers.sqlserver_cdc"],
             },
+            {
+                "integration-name": "YugabyteDB change capture",
+                "python-modules": ["airflow_provider_cdc.triggers.yugabyte_cdc"],
+            },
         ],
     }

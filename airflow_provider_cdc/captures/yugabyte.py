@@ -155,8 +155,17 @@ class YugabyteCapture(PostgresCapture):
         )
 
     def readiness_trigger(self, sensor: Any, context: Any) -> Any:
-        raise CdcConfigurationError(
-            "the deferrable changes sensor is not available for YugabyteDB yet: use deferrable=False"
+        from airflow_provider_cdc.operators.cdc import _utc_time
+        from airflow_provider_cdc.triggers.yugabyte_cdc import YugabyteCdcChangesTrigger
+
+        until = _utc_time(sensor.wait_until, sensor.task_id)
+        offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
+        return YugabyteCdcChangesTrigger(
+            self.postgres_conn_id,
+            self.resolved_slot_name,
+            None if until is None else until.isoformat(),
+            float(sensor.poke_interval),
+            planning.expiry_ms(offset, self.intent_retention_ms),
         )
 
     def identity(self, system_identifier: str, database: str) -> OffsetIdentity:

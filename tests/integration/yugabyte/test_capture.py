@@ -137,3 +137,44 @@ def test_sequence_slots_end_each_window_at_its_fence(yugabyte_conn, tmp_path):
     from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 
     assert YbLsn(slot_row(standin)["confirmed_flush_lsn"]) == YbLsn(window["to_lsn"]) - 1
+
+
+def test_default_and_full_replica_identities_and_the_read_time_procedure(yugabyte_conn, tmp_path):
+    """DEFAULT updates carry the full row and no before image, FULL ones both images; the snapshot
+    reads through the SECURITY DEFINER procedure route (read_time_procedure)."""
+    standin, conn_id = yugabyte_conn
+    with standin.connect() as conn:
+        conn.execute("CREATE TABLE public.d (id int PRIMARY KEY, a text, b int)")
+        conn.execute("CREATE TABLE public.f (id int PRIMARY KEY, a text, b int)")
+        conn.execute("ALTER TABLE public.d REPLICA IDENTITY DEFAULT")
+        conn.execute("ALTER TABLE public.f REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO public.d VALUES (1, 'x', 1), (2, 'y', 2)")
+        conn.execute("INSERT INTO public.f VALUES (1, 'x', 1), (2, 'y', 2)")
+        conn.execute("CREATE SCHEMA cdc")
+        conn.execute(
+            "CREATE PROCEDURE cdc.set_yb_read_time(value text) LANGUAGE plpgsql AS "
+            "$$ BEGIN EXECUTE 'SET LOCAL yb_read_time = ' || quote_literal(value); END $$ SECURITY DEFINER"
+        )
+    errors: dict = {}
+    capture = make_capture(
+        conn_id, tmp_path, standin.database, tables=["public.d", "public.f"], read_time_procedure="cdc.set_yb_read_time"
+    )
+    dag = capture_dag(f"yb_{standin.database}", capture, errors)
+    first = af.run(dag, 0, errors=errors)
+    assert first.state == "success", errors
+    assert first.xcom["snapshot"]["events"] == {"shop.public.d": {"r": 2}, "shop.public.f": {"r": 2}}
+    with standin.connect() as conn:
+        for table in ("d", "f"):
+            conn.execute(f"UPDATE public.{table} SET b = 10 WHERE id = 1")
+            conn.execute(f"DELETE FROM public.{table} WHERE id = 2")
+    second = af.run(dag, 1, errors=errors)
+    assert second.state == "success", errors
+    for table, before in (("d", None), ("f", {"id": 1, "a": "x", "b": 1})):
+        events = [e for e in events_of(tmp_path, "shop", f"public.{table}") if e["op"] != "r"]
+        update = next(e for e in events if e["op"] == "u")
+        assert update["before"] == before
+        assert update["after"] == {"id": 1, "a": "x", "b": 10}
+        assert not update["unchanged_toast_columns"]
+        delete = next(e for e in events if e["op"] == "d")
+        expected = {"id": 2, "a": None, "b": None} if table == "d" else {"id": 2, "a": "y", "b": 2}
+        assert delete["before"] == expected

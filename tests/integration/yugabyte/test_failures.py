@@ -155,3 +155,48 @@ def test_setup_refuses_tables_without_a_primary_key_and_a_slot_of_another_plugin
     assert "uses plugin 'pgoutput'" in text
     assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").iterdir())
     assert standin.admin_query("SELECT to_regclass('public.airflow_cdc_heartbeat')") == [(None,)]
+
+
+def test_the_sensor_and_its_trigger_wait_for_the_server_clock_and_fail_on_a_missing_slot(yugabyte_conn, tmp_path):
+    import asyncio
+    import json
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
+    from airflow_provider_cdc.triggers.yugabyte_cdc import YugabyteCdcChangesTrigger
+
+    standin, conn_id = yugabyte_conn
+    workload.create(standin, customers=1, orders_per_customer=0)
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database)
+    assert af.run(capture_dag(f"yb_{standin.database}", capture, errors), 0, errors=errors).state == "success"
+    soon = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    with DAG(f"sensor_{standin.database}", schedule=None, start_date=af.START) as dag:
+        sensor = CdcChangesSensor(
+            task_id="wait", capture=capture, wait_until=soon.isoformat(), mode="reschedule", poke_interval=1, timeout=5
+        )
+    af.register(dag)
+    assert not sensor.poke({}).is_done
+    time.sleep(1.6)
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value["yb_lsn_type"] == "HYBRID_TIME"
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    later = (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()
+    path, kwargs = YugabyteCdcChangesTrigger(conn_id, "cdc_shop", later, poll_interval=0.3).serialize()
+    assert path == "airflow_provider_cdc.triggers.yugabyte_cdc.YugabyteCdcChangesTrigger"
+    assert standin.cluster.password not in json.dumps(kwargs)
+    event = asyncio.run(asyncio.wait_for(first_event(YugabyteCdcChangesTrigger(**kwargs)), 30))
+    assert event["status"] == "success", event
+    missing = YugabyteCdcChangesTrigger(conn_id, "no_such_slot", None, poll_interval=0.3)
+    event = asyncio.run(asyncio.wait_for(first_event(missing), 30))
+    assert event["status"] == "error" and "does not exist" in event["message"]
+    expired = YugabyteCdcChangesTrigger(conn_id, "cdc_shop", None, poll_interval=0.3, expires_ms=1)
+    event = asyncio.run(asyncio.wait_for(first_event(expired), 30))
+    assert event["status"] == "error" and "expired" in event["message"]
