@@ -34,7 +34,8 @@ _ALTER_IDENTITY = re.compile(
 )
 _READ_TIME = re.compile(r"SET\s+LOCAL\s+yb_read_time\s*(?:TO|=)\s*'\s*(\d+)\s*(ht)?\s*'", re.IGNORECASE)
 _READ_TIME_CALL = re.compile(
-    rf"CALL\s+(?:{_NAME}\s*\.\s*)?set_yb_read_time\s*\(\s*'\s*(\d+)\s*(ht)?\s*'\s*\)", re.IGNORECASE
+    rf"CALL\s+(?:{_NAME}\s*\.\s*)?(?:set_yb_read_time|\"set_yb_read_time\")\s*\(\s*'\s*(\d+)\s*(ht)?\s*'\s*\)",
+    re.IGNORECASE,
 )
 _CATALOG_CHECK = re.compile(r'(?<![\w."])yb_disable_catalog_version_check\b', re.IGNORECASE)
 _HASH_CODE = re.compile(r'(?<![\w."])yb_hash_code\s*\(', re.IGNORECASE)

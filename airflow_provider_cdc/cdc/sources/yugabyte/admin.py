@@ -216,8 +216,13 @@ def read_time_statement(ht: int, procedure: str | None) -> Any:
 
 
 def enter_read_time(conn: Any, ht: int, procedure: str | None = None) -> None:
-    """Begin a read-only transaction on ``conn`` that sees the database as of hybrid time ``ht``."""
+    """Begin a read-only transaction on ``conn`` that sees the database as of hybrid time ``ht``.
+
+    As a superuser, also ``yb_disable_catalog_version_check`` (what ``ysql_dump`` sets to read the
+    catalog as of a time; Debezium's YugabyteDB snapshot does the same)."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    if procedure is None:
+        conn.execute("SET LOCAL yb_disable_catalog_version_check = true")
     conn.execute(read_time_statement(ht, procedure))
 
 
