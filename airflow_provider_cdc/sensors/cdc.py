@@ -3,7 +3,8 @@
 What "ready" means is the source's (:meth:`Capture.readiness`): PostgreSQL's slot has pending WAL
 (optionally a captured change, decoded); SQL Server's capture job has processed every commit up
 to ``wait_until`` (default: the run's data interval end), so an hourly window is complete when it
-runs. Deferrable: the wait moves to the triggerer (the source's trigger).
+runs; YugabyteDB's clock has passed ``wait_until`` and its slot has not expired. Deferrable: the
+wait moves to the triggerer (the source's trigger).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class CdcChangesSensor(BaseSensorOperator):
     :param capture: the capture's configuration
     :param wait_until: a time the source must have captured up to (SQL Server: the capture job's
         newest commit time, ``sys.fn_cdc_map_lsn_to_time(sys.fn_cdc_get_max_lsn())``, must be at or
-        after it). Templated; default ``{{ data_interval_end }}``. PostgreSQL ignores it.
+        after it; YugabyteDB: the server's hybrid time must have passed it). Templated; default
+        ``{{ data_interval_end }}``. PostgreSQL ignores it.
     :param min_pending_bytes: PostgreSQL: WAL bytes written since the slot's last acknowledgement
         that count as "something pending" (cheap: one catalog query)
     :param require_captured_change: PostgreSQL: additionally decode the pending WAL (``peek``) and
