@@ -14,10 +14,11 @@ capture's advisory lock. The stand-in's service (proxy, journal, walsender sessi
 of this test process, so it outlives the killed child; writers commit through it while windows
 are read.
 
-The suite runs a CI-sized sample: the snapshot run killed at each of its boundaries (and at a
-random moment), stream windows killed at every boundary, two transient errors and three random
-moments with a concurrent writer. A snapshot re-creates the slot, so the next run after a killed
-snapshot also drops the slot the killed one created (the stand-in's active window is short). There
+The suite runs a CI-sized sample: the snapshot run killed at five of its seven boundaries
+(``SUITE_SNAPSHOT_FAULTS``; the sweep draws from all) and at a random moment, stream windows
+killed at every boundary, two transient errors and three random moments with a concurrent writer.
+A snapshot re-creates the slot, so the next run after a killed snapshot also drops the slot the
+killed one created (the stand-in's active window is short). There
 is no incremental snapshot test: YugabyteDB has no incremental snapshots yet. The larger sweep:
 
     CDC_CRASH_SWEEP=200 ./scripts/test.sh tests/integration/yugabyte/test_crash_safety.py -k sweep
@@ -65,6 +66,14 @@ STREAM_FAULTS = [
     ("operator.offset_saved", 1),  # the offset is saved, the slot not yet acknowledged
     ("operator.acknowledged", 1),
 ]
+#: The suite's sample of SNAPSHOT_FAULTS (every one is in the sweep), to keep the module within
+#: about four minutes on two cores (a snapshot crash takes some 20 s): the slot created and nothing
+#: read, the read started, one table written, the commit, the offset saved. Left out: the second
+#: table's write (like the first) and ``operator.acknowledged`` (a snapshot's window ends at the
+#: new slot's consistent point: nothing is acknowledged between the offset save and it).
+SUITE_SNAPSHOT_FAULTS = [
+    f for f in SNAPSHOT_FAULTS if f not in {("snapshot.table_written", 2), ("operator.acknowledged", 1)}
+]
 CHUNK = 3
 #: Customers below id 1000: every workload round deletes one and moves one to a new key, so these
 #: bound the rounds a module can run (about half as many); the sweep needs more (see its test).
@@ -104,8 +113,8 @@ def _child_span(seen: harness.StreamCycles) -> float:
 
 @pytest.mark.parametrize(
     "crash",
-    [{"point": p, "nth": n} for p, n in SNAPSHOT_FAULTS] + [{"kill_after": "random"}],
-    ids=[f"{p}:{n}" for p, n in SNAPSHOT_FAULTS] + ["random"],
+    [{"point": p, "nth": n} for p, n in SUITE_SNAPSHOT_FAULTS] + [{"kill_after": "random"}],
+    ids=[f"{p}:{n}" for p, n in SUITE_SNAPSHOT_FAULTS] + ["random"],
 )
 def test_a_snapshot_killed_at_any_step_is_completed_by_the_next_run(crash_source, tmp_path, crash):
     source, shared = crash_source
