@@ -75,8 +75,6 @@ SUITE_SNAPSHOT_FAULTS = [
     f for f in SNAPSHOT_FAULTS if f not in {("snapshot.table_written", 2), ("operator.acknowledged", 1)}
 ]
 CHUNK = 3
-#: Customers below id 1000: every workload round deletes one and moves one to a new key, so these
-#: bound the rounds a module can run (about half as many); the sweep needs more (see its test).
 CUSTOMERS = 120
 
 
@@ -86,10 +84,9 @@ def crash_source(request, clusters, spark, airflow_db):
     connection, the adapter, and one workload (its round numbers pick new keys: one counter per
     database). A short active window, so a slot a killed child read can be dropped soon after."""
     digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    customers = 999 if os.environ.get("CDC_CRASH_SWEEP") else CUSTOMERS
     standin = YugabyteStandIn(clusters["pg15"], f"yb_crash_{digest}", active_window_ms=500).start()
     try:
-        workload.create(standin, customers=customers, orders_per_customer=2)
+        workload.create(standin, customers=CUSTOMERS, orders_per_customer=2)
         conn_id = f"yb_{standin.database}"
         with pytest.MonkeyPatch.context() as patch, metadata_variables():
             patch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", airflow_connection(standin))
@@ -157,8 +154,7 @@ def test_stream_windows_killed_at_every_step_lose_and_duplicate_nothing(crash_so
 @pytest.mark.skipif(not os.environ.get("CDC_CRASH_SWEEP"), reason="set CDC_CRASH_SWEEP=<n> for the long sweep")
 @pytest.mark.timeout(4 * 3600)  # the suite's 15-minute limit is for ordinary tests
 def test_crash_sweep(crash_source, tmp_path):
-    """``CDC_CRASH_SWEEP`` crashes at random fault points, random occurrences, random moments (the
-    module's stand-in then has 999 customers: about 450 workload rounds, some 150 crashes)."""
+    """``CDC_CRASH_SWEEP`` crashes at random fault points, random occurrences, random moments."""
     source, shared = crash_source
     total, seed = harness.sweep_settings()
     rng = random.Random(seed)
