@@ -221,6 +221,12 @@ class StandInCrashSource(CrashSource):
     the Task SDK inside one, as before). The store's own code, revision check included, is unchanged.
     """
 
+    #: Both stand-in sources run the shared operators.
+    OPERATOR_NAMES = {
+        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
+    }
     #: The test workload's module (imported where it runs).
     WORKLOAD: ClassVar[str]
     #: A harness-only field: the key prefix of the capture's Variable (not a capture field).
@@ -283,11 +289,6 @@ class SqlServerCrashSource(StandInCrashSource):
     """
 
     NAME = "sqlserver"
-    OPERATOR_NAMES = {
-        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
-        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
-        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
-    }
     WORKLOAD = "tests.support.sqlserver.workload"
     standin: SqlServerStandIn
 
@@ -353,7 +354,7 @@ class SqlServerCrashSource(StandInCrashSource):
 
 class YugabyteCrashSource(StandInCrashSource):
     """The YugabyteDB stand-in (docs/yugabytedb-standin.md) with ``yb_workload``'s tables; offsets
-    in Airflow Variables (see :class:`StandInCrashSource`); the capture's slot is ``cdc_<prefix>``.
+    in Airflow Variables (see :class:`StandInCrashSource`); each capture its own slot (``cdc_<prefix>``).
 
     The child reaches the stand-in's proxy (a TCP port of a service process the test process
     owns, which outlives the killed child) through the Airflow connection it gets in its
@@ -366,11 +367,12 @@ class YugabyteCrashSource(StandInCrashSource):
     "Acknowledged" (``check_acknowledged``): the slot's ``confirmed_flush_lsn`` is at the stored
     offset's end minus one, or behind it (the acknowledgement is best-effort: what it missed is
     retransmitted, skipped, and acknowledged by a later run), never ahead of it; and no session
-    holds the capture lock. ``behind`` counts the checks that found the slot behind.
+    holds the capture lock. ``behind`` lists the checks that found the slot behind. The "never
+    ahead" half is also checked right after every child (``after_child``), before any recovery: a
+    killed task must not leave the slot confirmed past the offset it stored.
     """
 
     NAME = "yugabyte"
-    OPERATOR_NAMES = SqlServerCrashSource.OPERATOR_NAMES
     WORKLOAD = "tests.support.yb_workload"
     standin: YugabyteStandIn
 
@@ -386,8 +388,8 @@ class YugabyteCrashSource(StandInCrashSource):
         return YugabyteCapture(**fields, offset_store=store)
 
     @staticmethod
-    def slot(prefix: str) -> str:
-        return f"cdc_{prefix.lower()}"[:63]
+    def slot(crash: CrashCapture) -> str:
+        return crash.capture().resolved_slot_name  # type: ignore[attr-defined]
 
     def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
         return {"yugabytedb_conn_id": self.conn_id, "idle_timeout_seconds": 60.0, **self.variable_fields()}
@@ -397,48 +399,64 @@ class YugabyteCrashSource(StandInCrashSource):
 
         return {f"AIRFLOW_CONN_{self.conn_id.upper()}": airflow_connection(self.standin)}
 
+    def after_child(self, crash: CrashCapture) -> None:
+        """Nothing for the server to do (see the class docstring); check the slot is not ahead."""
+        offset = self.stored_offset(crash)
+        if offset is not None and offset.lsn is not None and self.has_slot(self.slot(crash)):
+            self.check_not_ahead(crash, offset)
+
     def position(self) -> Position:
         from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 
         with self.standin.connect() as conn:
             return YbLsn(conn.execute("SELECT yb_get_current_hybrid_time_lsn()").fetchone()[0])
 
-    def confirmed_flush(self, prefix: str) -> Position | None:
-        """The slot's ``confirmed_flush_lsn`` as YugabyteDB lists it (None: no such slot)."""
+    def has_slot(self, slot: str) -> bool:
+        with self.standin.connect() as conn:
+            return (
+                conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() is not None
+            )
+
+    def confirmed_flush(self, slot: str) -> Position | None:
+        """The slot's ``confirmed_flush_lsn`` as YugabyteDB lists it (the slot must exist)."""
         from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 
         with self.standin.connect() as conn:
             row = conn.execute(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot(prefix),)
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
             ).fetchone()
-        assert row is not None, f"the slot {self.slot(prefix)!r} of {prefix!r} is missing"
+        assert row is not None, f"the slot {slot!r} is missing"
         return None if row[0] is None else YbLsn(row[0])
+
+    def check_not_ahead(self, crash: CrashCapture, offset: CaptureOffset) -> Position:
+        """The slot's confirmed flush, asserted at or before the offset's end minus one."""
+        assert offset.lsn is not None
+        confirmed = self.confirmed_flush(self.slot(crash))
+        assert confirmed is not None and int(confirmed) <= int(offset.lsn) - 1, (
+            f"the slot of {crash.prefix!r} is confirmed up to {confirmed}, ahead of the stored offset's end "
+            f"{offset.lsn} (minus one)"
+        )
+        return confirmed
 
     def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
         from airflow_provider_cdc.cdc.sources.postgres.admin import _lock_key
 
-        assert offset.lsn is not None
-        flush = int(offset.lsn) - 1
-        confirmed = self.confirmed_flush(crash.prefix)
-        assert confirmed is not None and int(confirmed) <= flush, (
-            f"the slot is confirmed up to {confirmed}, ahead of the offset's end {offset.lsn} (minus one)"
-        )
-        if int(confirmed) < flush:
+        confirmed = self.check_not_ahead(crash, offset)
+        if int(confirmed) < int(offset.lsn) - 1:  # type: ignore[arg-type]
             self.behind.append(f"{crash.prefix}: slot at {confirmed}, offset {offset.lsn}")
         held = self.advisory_lock_holders("%s::bigint", (_lock_key(crash.prefix),))
         assert not held, f"session(s) {held} still hold the capture lock of {crash.prefix!r}"
 
-    def check_events(self, table: str, events: list[dict]) -> None:
-        from tests.support.oracle import assert_source_blocks
-
-        assert_source_blocks(events)
+    # YugabyteDB's events have PostgreSQL's source block (connector "postgresql", Debezium's
+    # YugabyteDB connector's shape): the same checks.
+    check_events = PostgresCrashSource.check_events
 
     def forget(self, crash: CrashCapture) -> None:
         """Drop the slot, waiting out the stand-in's active window after the last read."""
         from airflow_provider_cdc.cdc.sources.yugabyte.admin import drop_slot
 
         with self.standin.connect() as conn:
-            drop_slot(conn, self.slot(crash.prefix), timeout=30, poll=0.2)
+            drop_slot(conn, self.slot(crash), timeout=30, poll=0.2)
 
 
 class _MetadataVariable:
