@@ -1,6 +1,6 @@
 """Child process of the crash-safety tests: runs one capture task, to be killed mid-way.
 
-``python -m tests.support.crash_driver '<json>'`` with ``{"source": "postgres"|"sqlserver",
+``python -m tests.support.crash_driver '<json>'`` with ``{"source": "postgres"|"sqlserver"|"yugabyte",
 "step": "setup"|"snapshot"|"batch", "capture": {...the capture's fields...}}`` (``source``
 defaults to ``postgres``). The source's adapter (``tests/support/crash_sources.py``) builds the
 capture from the fields and names the step's operator. Faults at named points come from

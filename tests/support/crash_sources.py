@@ -6,7 +6,8 @@ recovers in the test process, and checks the invariants on the sink's commit log
 
 - ``build(fields)``: the capture from its JSON fields, in the child (``crash_driver``) and in the
   test process alike, and ``operator(step)``: the task class of ``setup``/``snapshot``/``batch``
-  (``OPERATOR_NAMES``: PostgreSQL's named subclasses, SQL Server's the shared operators);
+  (``OPERATOR_NAMES``: PostgreSQL's named subclasses, SQL Server's and YugabyteDB's the shared
+  operators);
 - ``capture_fields(crash)``: the source's part of a capture's fields (connection, offset store);
 - ``child_setup()``: what the child process prepares before it builds the capture;
   ``child_env(crash)``: environment the child gets on top of the test process's;
@@ -19,11 +20,16 @@ recovers in the test process, and checks the invariants on the sink's commit log
 - ``stored_offset(crash)``: the stored offset, read from the test process;
 - ``check_acknowledged(crash, offset)``: the source's side of "nothing pending" (PostgreSQL: the
   slot is acknowledged at the offset; SQL Server has nothing to acknowledge: no session still holds
-  the capture lock, and the offset keeps the capture instances the next window checks);
+  the capture lock, and the offset keeps the capture instances the next window checks; YugabyteDB:
+  the slot is confirmed at the offset's end or behind it, never ahead, and no session holds the lock);
 - ``check_events(table, events)``: checks of the event fields only this source has;
 - ``mutate(round_no)``: one round of the source's workload, returning the transactions it committed
   (the concurrent writers run it from a thread);
-- ``forget(crash)``: drop what a finished capture left on the source (PostgreSQL: its slot).
+- ``forget(crash)``: drop what a finished capture left on the source (PostgreSQL and YugabyteDB:
+  its slot).
+
+The stand-in sources (SQL Server, YugabyteDB) share :class:`StandInCrashSource`: a workload module
+of the stand-in, offsets in Airflow Variables, the capture lock read from PostgreSQL's ``pg_locks``.
 
 The child driver finds the adapter by ``NAME`` in :data:`SOURCES`; it imports only this module
 and the product, so the adapters import test-only helpers (the stand-in) lazily.
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
     from tests.support.crash import CrashCapture
     from tests.support.databases import CaptureDatabase
     from tests.support.sqlserver import SqlServerStandIn
+    from tests.support.yugabyte import YugabyteStandIn
 
 
 class CrashSource(ABC):
@@ -198,11 +205,13 @@ class PostgresCrashSource(CrashSource):
             conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot(crash.prefix),))
 
 
-# -- SQL Server (the stand-in) -----------------------------------------------------------------
+# -- the stand-ins (SQL Server, YugabyteDB) ----------------------------------------------------
 
 
-class SqlServerCrashSource(CrashSource):
-    """The SQL Server stand-in (docs/sqlserver-standin.md) with ``workload``'s tables.
+class StandInCrashSource(CrashSource):
+    """A source emulated by a stand-in over PostgreSQL (``standin``), with its test workload
+    (``WORKLOAD``: a module with ``KEYS``, ``TRANSACTIONS_PER_ROUND``, ``mutate(standin, round_no)``
+    and ``source_rows(standin, table)``).
 
     Offsets live in Airflow Variables (``VariableOffsetStore``, one key prefix per stand-in
     database). The Task SDK's ``Variable`` writes only from inside a running task, and the crash
@@ -210,6 +219,69 @@ class SqlServerCrashSource(CrashSource):
     :func:`metadata_variables` points the store's ``Variable`` at Airflow's ``models.Variable``:
     the same Variable rows in the metadata database, reached directly outside a task (and through
     the Task SDK inside one, as before). The store's own code, revision check included, is unchanged.
+    """
+
+    #: Both stand-in sources run the shared operators.
+    OPERATOR_NAMES = {
+        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
+    }
+    #: The test workload's module (imported where it runs).
+    WORKLOAD: ClassVar[str]
+    #: A harness-only field: the key prefix of the capture's Variable (not a capture field).
+    VARIABLE_PREFIX = "offset_variable_prefix"
+
+    def __init__(self, standin: Any, conn_id: str):
+        self.standin = standin
+        self.conn_id = conn_id
+
+    @classmethod
+    def workload(cls) -> Any:
+        return importlib.import_module(cls.WORKLOAD)
+
+    @classmethod
+    def variable_store(cls, fields: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """``fields`` without the harness-only Variable prefix, and the offset store it names."""
+        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
+
+        fields = dict(fields)
+        return fields, VariableOffsetStore(key_prefix=fields.pop(cls.VARIABLE_PREFIX))
+
+    @classmethod
+    def child_setup(cls) -> None:
+        _use_metadata_variables()
+
+    def variable_fields(self) -> dict[str, Any]:
+        return {self.VARIABLE_PREFIX: f"cdc_offset_{self.standin.database}__"}
+
+    def source_rows(self, table: str, keys: list[str]) -> dict[tuple, dict]:
+        workload = self.workload()
+        assert workload.KEYS[table] == keys, f"{table}: keys {keys}, the workload's are {workload.KEYS[table]}"
+        return workload.source_rows(self.standin, table)
+
+    def mutate(self, round_no: int) -> int:
+        workload = self.workload()
+        workload.mutate(self.standin, round_no)
+        return workload.TRANSACTIONS_PER_ROUND
+
+    def advisory_lock_holders(self, key_sql: str, params: tuple) -> list[int]:
+        """The stand-in's sessions (PostgreSQL backends) holding the bigint advisory lock whose key
+        is ``key_sql`` (an SQL expression of ``params``), read straight on PostgreSQL."""
+        rows = self.standin.admin_query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+            f"AND ((classid::bigint << 32) | objid::bigint) = ({key_sql})",
+            params,
+        )
+        return [pid for (pid,) in rows]
+
+
+# -- SQL Server (the stand-in) -----------------------------------------------------------------
+
+
+class SqlServerCrashSource(StandInCrashSource):
+    """The SQL Server stand-in (docs/sqlserver-standin.md) with ``workload``'s tables; offsets in
+    Airflow Variables (see :class:`StandInCrashSource`).
 
     Nothing is needed after a killed child: like SQL Server, the stand-in ends the session of a
     client whose connection closed (its proxy passes the disconnect on to PostgreSQL), which
@@ -217,36 +289,18 @@ class SqlServerCrashSource(CrashSource):
     """
 
     NAME = "sqlserver"
-    OPERATOR_NAMES = {
-        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
-        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
-        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
-    }
-    #: A harness-only field: the key prefix of the capture's Variable (not a capture field).
-    VARIABLE_PREFIX = "offset_variable_prefix"
-
-    def __init__(self, standin: SqlServerStandIn, conn_id: str):
-        self.standin = standin
-        self.conn_id = conn_id
+    WORKLOAD = "tests.support.sqlserver.workload"
+    standin: SqlServerStandIn
 
     @classmethod
     def build(cls, fields: dict[str, Any]) -> Capture:
         from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
-        from airflow_provider_cdc.offsets.variable import VariableOffsetStore
 
-        fields = dict(fields)
-        store = VariableOffsetStore(key_prefix=fields.pop(cls.VARIABLE_PREFIX))
+        fields, store = cls.variable_store(fields)
         return SqlServerCapture(**fields, offset_store=store)
 
-    @classmethod
-    def child_setup(cls) -> None:
-        _use_metadata_variables()
-
     def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
-        return {
-            "sqlserver_conn_id": self.conn_id,
-            self.VARIABLE_PREFIX: f"cdc_offset_{self.standin.database}__",
-        }
+        return {"sqlserver_conn_id": self.conn_id, **self.variable_fields()}
 
     def settle(self) -> None:
         self.standin.wait_until_captured()
@@ -257,12 +311,6 @@ class SqlServerCrashSource(CrashSource):
         newest = self.standin.wait_until_captured()
         # Windows are [from, to) and end after the capture job's newest LSN.
         return SqlServerLsn(0) if newest is None else SqlServerLsn(newest).next()
-
-    def source_rows(self, table: str, keys: list[str]) -> dict[tuple, dict]:
-        from tests.support.sqlserver import workload
-
-        assert workload.KEYS[table] == keys, f"{table}: keys {keys}, the workload's are {workload.KEYS[table]}"
-        return workload.source_rows(self.standin, table)
 
     def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
         """Nothing to acknowledge on SQL Server (the change rows stay until the cleanup job). What
@@ -282,12 +330,7 @@ class SqlServerCrashSource(CrashSource):
 
     def lock_holders(self, resource: str) -> list[int]:
         """The stand-in's sessions (PostgreSQL backends) holding the application lock ``resource``."""
-        rows = self.standin.admin_query(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
-            "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('applock:' || %s, 0)",
-            (resource,),
-        )
-        return [pid for (pid,) in rows]
+        return self.advisory_lock_holders("hashtextextended('applock:' || %s, 0)", (resource,))
 
     def check_events(self, table: str, events: list[dict]) -> None:
         """Every stream event once by its SQL Server position (commit LSN, change LSN, serial);
@@ -305,11 +348,115 @@ class SqlServerCrashSource(CrashSource):
         split = {tx: lsns for tx, lsns in commits.items() if len(lsns) > 1}
         assert not split, f"{table}: a transaction's events name different commit LSNs: {split}"
 
-    def mutate(self, round_no: int) -> int:
-        from tests.support.sqlserver import workload
 
-        workload.mutate(self.standin, round_no)
-        return workload.TRANSACTIONS_PER_ROUND
+# -- YugabyteDB (the stand-in) -----------------------------------------------------------------
+
+
+class YugabyteCrashSource(StandInCrashSource):
+    """The YugabyteDB stand-in (docs/yugabytedb-standin.md) with ``yb_workload``'s tables; offsets
+    in Airflow Variables (see :class:`StandInCrashSource`); each capture its own slot (``cdc_<prefix>``).
+
+    The child reaches the stand-in's proxy (a TCP port of a service process the test process
+    owns, which outlives the killed child) through the Airflow connection it gets in its
+    environment (``child_env``). Nothing is needed after a killed child: the proxy passes the
+    disconnect on to PostgreSQL, whose backend ends and releases the capture's advisory lock.
+    Changes are streamable once committed (the stand-in's journal is waited for by the window's
+    reader, which stops at the fence row), so ``settle`` is a no-op and a window planned after
+    ``position`` (the server's hybrid time) covers every commit before it.
+
+    "Acknowledged" (``check_acknowledged``): the slot's ``confirmed_flush_lsn`` is at the stored
+    offset's end minus one, or behind it (the acknowledgement is best-effort: what it missed is
+    retransmitted, skipped, and acknowledged by a later run), never ahead of it; and no session
+    holds the capture lock. ``behind`` lists the checks that found the slot behind. The "never
+    ahead" half is also checked right after every child (``after_child``), before any recovery: a
+    killed task must not leave the slot confirmed past the offset it stored.
+    """
+
+    NAME = "yugabyte"
+    WORKLOAD = "tests.support.yb_workload"
+    standin: YugabyteStandIn
+
+    def __init__(self, standin: YugabyteStandIn, conn_id: str):
+        super().__init__(standin, conn_id)
+        self.behind: list[str] = []
+
+    @classmethod
+    def build(cls, fields: dict[str, Any]) -> Capture:
+        from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
+
+        fields, store = cls.variable_store(fields)
+        return YugabyteCapture(**fields, offset_store=store)
+
+    @staticmethod
+    def slot(crash: CrashCapture) -> str:
+        return crash.capture().resolved_slot_name  # type: ignore[attr-defined]
+
+    def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
+        return {"yugabytedb_conn_id": self.conn_id, "idle_timeout_seconds": 60.0, **self.variable_fields()}
+
+    def child_env(self, crash: CrashCapture) -> dict[str, str]:
+        from tests.support.yugabyte.fixtures import airflow_connection
+
+        return {f"AIRFLOW_CONN_{self.conn_id.upper()}": airflow_connection(self.standin)}
+
+    def after_child(self, crash: CrashCapture) -> None:
+        """Nothing for the server to do (see the class docstring); check the slot is not ahead."""
+        offset = self.stored_offset(crash)
+        if offset is not None and offset.lsn is not None and self.has_slot(self.slot(crash)):
+            self.check_not_ahead(crash, offset)
+
+    def position(self) -> Position:
+        from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+
+        with self.standin.connect() as conn:
+            return YbLsn(conn.execute("SELECT yb_get_current_hybrid_time_lsn()").fetchone()[0])
+
+    def has_slot(self, slot: str) -> bool:
+        with self.standin.connect() as conn:
+            return (
+                conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() is not None
+            )
+
+    def confirmed_flush(self, slot: str) -> Position | None:
+        """The slot's ``confirmed_flush_lsn`` as YugabyteDB lists it (the slot must exist)."""
+        from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+
+        with self.standin.connect() as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+        assert row is not None, f"the slot {slot!r} is missing"
+        return None if row[0] is None else YbLsn(row[0])
+
+    def check_not_ahead(self, crash: CrashCapture, offset: CaptureOffset) -> Position:
+        """The slot's confirmed flush, asserted at or before the offset's end minus one."""
+        assert offset.lsn is not None
+        confirmed = self.confirmed_flush(self.slot(crash))
+        assert confirmed is not None and int(confirmed) <= int(offset.lsn) - 1, (
+            f"the slot of {crash.prefix!r} is confirmed up to {confirmed}, ahead of the stored offset's end "
+            f"{offset.lsn} (minus one)"
+        )
+        return confirmed
+
+    def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
+        from airflow_provider_cdc.cdc.sources.postgres.admin import _lock_key
+
+        confirmed = self.check_not_ahead(crash, offset)
+        if int(confirmed) < int(offset.lsn) - 1:  # type: ignore[arg-type]
+            self.behind.append(f"{crash.prefix}: slot at {confirmed}, offset {offset.lsn}")
+        held = self.advisory_lock_holders("%s::bigint", (_lock_key(crash.prefix),))
+        assert not held, f"session(s) {held} still hold the capture lock of {crash.prefix!r}"
+
+    # YugabyteDB's events have PostgreSQL's source block (connector "postgresql", Debezium's
+    # YugabyteDB connector's shape): the same checks.
+    check_events = PostgresCrashSource.check_events
+
+    def forget(self, crash: CrashCapture) -> None:
+        """Drop the slot, waiting out the stand-in's active window after the last read."""
+        from airflow_provider_cdc.cdc.sources.yugabyte.admin import drop_slot
+
+        with self.standin.connect() as conn:
+            drop_slot(conn, self.slot(crash), timeout=30, poll=0.2)
 
 
 class _MetadataVariable:
@@ -355,4 +502,6 @@ def metadata_variables() -> Iterator[None]:
         variable.Variable = saved
 
 
-SOURCES: dict[str, type[CrashSource]] = {s.NAME: s for s in (PostgresCrashSource, SqlServerCrashSource)}
+SOURCES: dict[str, type[CrashSource]] = {
+    s.NAME: s for s in (PostgresCrashSource, SqlServerCrashSource, YugabyteCrashSource)
+}

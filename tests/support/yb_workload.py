@@ -24,6 +24,9 @@ SCHEMA = (
 
 
 def create(standin, *, customers: int = 10, orders_per_customer: int = 2) -> None:
+    """The tables with ``customers`` (fewer than 200: rounds insert orders 10000 * (round + 1) and
+    one more, and customer ``c``'s orders are ``c * 100 + n``) and their orders."""
+    assert customers < 200, "customer 200's first order would collide with round 1's"
     with standin.connect() as conn:
         for statement in SCHEMA:
             conn.execute(statement)
@@ -58,6 +61,8 @@ def mutate(standin, round_no: int) -> dict[str, int]:
         conn.commit()
         counts["c"] += 3
         ids = [r[0] for r in conn.execute("SELECT id FROM public.customers WHERE id < 1000 ORDER BY id").fetchall()]
+        if len(ids) < 4:  # every round deletes one seeded customer and moves one: then any will do
+            ids = [r[0] for r in conn.execute("SELECT id FROM public.customers ORDER BY id").fetchall()]
         conn.commit()
         victim, renamed, nulled, moved = rng.sample(ids, 4)
         conn.execute("UPDATE public.customers SET name = %s WHERE id = %s", (f"renamed {round_no}", renamed))
