@@ -14,8 +14,8 @@ capture's advisory lock. The stand-in's service (proxy, journal, walsender sessi
 of this test process, so it outlives the killed child; writers commit through it while windows
 are read.
 
-The suite runs a CI-sized sample: the snapshot run killed at five of its seven boundaries
-(``SUITE_SNAPSHOT_FAULTS``; the sweep draws from all) and at a random moment, stream windows
+The suite runs a CI-sized sample: the snapshot run killed at three of its seven boundaries
+(``SUITE_SNAPSHOT_FAULTS``; the sweep draws from all, and from random moments), stream windows
 killed at every boundary, two transient errors and three random moments with a concurrent writer.
 A snapshot re-creates the slot, so the next run after a killed snapshot also drops the slot the
 killed one created (the stand-in's active window is short). There
@@ -66,13 +66,16 @@ STREAM_FAULTS = [
     ("operator.offset_saved", 1),  # the offset is saved, the slot not yet acknowledged
     ("operator.acknowledged", 1),
 ]
-#: The suite's sample of SNAPSHOT_FAULTS (every one is in the sweep), to keep the module within
-#: about four minutes on two cores (a snapshot crash takes some 20 s): the slot created and nothing
-#: read, the read started, one table written, the commit, the offset saved. Left out: the second
-#: table's write (like the first) and ``operator.acknowledged`` (a snapshot's window ends at the
-#: new slot's consistent point: nothing is acknowledged between the offset save and it).
+#: The suite's sample of SNAPSHOT_FAULTS (every one is in the sweep, with random moments), to keep
+#: the suite's CI time within budget (a snapshot crash takes some 15 s on two cores): the slot
+#: created and nothing read, one table written, the offset saved. Left out of the suite: the read's
+#: start and the commit (the PostgreSQL and SQL Server suites cover the core's handling of both),
+#: the second table's write (like the first), ``operator.acknowledged`` (a snapshot's window ends at
+#: the new slot's consistent point: nothing is acknowledged between the offset save and it).
 SUITE_SNAPSHOT_FAULTS = [
-    f for f in SNAPSHOT_FAULTS if f not in {("snapshot.table_written", 2), ("operator.acknowledged", 1)}
+    ("operator.pending_saved", 1),
+    ("snapshot.table_written", 1),
+    ("operator.offset_saved", 1),
 ]
 CHUNK = 3
 CUSTOMERS = 120
@@ -110,8 +113,8 @@ def _child_span(seen: harness.StreamCycles) -> float:
 
 @pytest.mark.parametrize(
     "crash",
-    [{"point": p, "nth": n} for p, n in SUITE_SNAPSHOT_FAULTS] + [{"kill_after": "random"}],
-    ids=[f"{p}:{n}" for p, n in SUITE_SNAPSHOT_FAULTS] + ["random"],
+    [{"point": p, "nth": n} for p, n in SUITE_SNAPSHOT_FAULTS],
+    ids=[f"{p}:{n}" for p, n in SUITE_SNAPSHOT_FAULTS],
 )
 def test_a_snapshot_killed_at_any_step_is_completed_by_the_next_run(crash_source, tmp_path, crash):
     source, shared = crash_source
