@@ -363,26 +363,40 @@ class PostgresRun(SourceRun):
         checkpoint: dict[str, Any] | None,
         gap: CaptureGap | None = None,
     ) -> PostgresJobSpec:
-        capture = self.capture
-        return PostgresJobSpec(
-            topic_prefix=capture.topic_prefix,
-            connection=self.hook.connection_info,
-            slot_name=capture.resolved_slot_name,
-            publication_name=capture.resolved_publication_name,
-            tables=self.tables,
-            window=window,
-            sink_path=capture.sink_path,
-            previous_commit_lsn=offset.lsn_commit if offset else None,  # type: ignore[arg-type]
-            options=capture.capture_options(),
-            spark=capture.spark_options(),
-            events=capture.event_settings(),
-            incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
-            signal_table=capture.signal_table_ref,
-            incremental_watermarks=capture.incremental_watermarks,
-            run=run,
-            checkpoint=checkpoint,
-            gap=gap,
-        )
+        return PostgresJobSpec(**spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap))
+
+
+def spec_fields(
+    source: Any,
+    window: Window,
+    offset: CaptureOffset | None,
+    *,
+    run: dict[str, Any] | None,
+    checkpoint: dict[str, Any] | None,
+    gap: CaptureGap | None,
+) -> dict[str, Any]:
+    """The job spec fields of a run on a PostgreSQL-protocol source (``source``: its run, with
+    ``capture``, ``hook`` and ``tables``); YugabyteDB's spec adds its own."""
+    capture = source.capture
+    return {
+        "topic_prefix": capture.topic_prefix,
+        "connection": source.hook.connection_info,
+        "slot_name": capture.resolved_slot_name,
+        "publication_name": capture.resolved_publication_name,
+        "tables": source.tables,
+        "window": window,
+        "sink_path": capture.sink_path,
+        "previous_commit_lsn": offset.lsn_commit if offset else None,
+        "options": capture.capture_options(),
+        "spark": capture.spark_options(),
+        "events": capture.event_settings(),
+        "incremental": offset.incremental if offset is not None and window.kind == "stream" else None,
+        "signal_table": capture.signal_table_ref,
+        "incremental_watermarks": capture.incremental_watermarks,
+        "run": run,
+        "checkpoint": checkpoint,
+        "gap": gap,
+    }
 
 
 __all__ = ["PostgresCapture", "PostgresRun"]

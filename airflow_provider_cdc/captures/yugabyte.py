@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc.captures.base import SourceRun
-from airflow_provider_cdc.captures.postgres import PostgresCapture
+from airflow_provider_cdc.captures.postgres import PostgresCapture, spec_fields
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
@@ -451,24 +451,9 @@ class YugabyteRun(SourceRun):
         if window.kind == "snapshot" and snapshot_ht is None:
             slot = self.status()
             snapshot_ht = None if slot is None else slot.restart_commit_ht
+        fields = spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap)
         return YugabyteJobSpec(
-            topic_prefix=capture.topic_prefix,
-            connection=self.hook.connection_info,
-            slot_name=capture.resolved_slot_name,
-            publication_name=capture.resolved_publication_name,
-            tables=self.tables,
-            window=window,
-            sink_path=capture.sink_path,
-            previous_commit_lsn=offset.lsn_commit if offset else None,  # type: ignore[arg-type]
-            options=capture.capture_options(),
-            spark=capture.spark_options(),
-            events=capture.event_settings(),
-            incremental=None,
-            signal_table=capture.signal_table_ref,
-            incremental_watermarks=capture.incremental_watermarks,
-            run=run,
-            checkpoint=checkpoint,
-            gap=gap,
+            **{**fields, "incremental": None},
             snapshot_ht=snapshot_ht if window.kind == "snapshot" else None,
             snapshot_end=self._snapshot_end if window.kind == "snapshot" else None,
             read_time_procedure=capture.read_time_procedure,

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.version_compat import BaseHook, BaseTrigger, TriggerEvent
+from airflow_provider_cdc.triggers.polling import ReadinessPollingTrigger
 
 
-class SqlServerCdcChangesTrigger(BaseTrigger):
+class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
     """Polls the capture job's position every ``poll_interval``; fires ``{"status": "success"}``
     once it passed ``until`` (ISO-8601, UTC; None: once it captured anything), ``{"status":
     "error"}`` when CDC is off or the database cannot be reached. pyodbc has no async API: each
@@ -43,36 +41,26 @@ class SqlServerCdcChangesTrigger(BaseTrigger):
             },
         )
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    @property
+    def conn_id(self) -> str:
+        return self.sqlserver_conn_id
+
+    @property
+    def reading(self) -> str:  # type: ignore[override]
+        return "the capture job's position"
+
+    def connection_info(self, conn: Any) -> Any:
         from airflow_provider_cdc.hooks.sqlserver_cdc import connection_info_from
 
-        try:
-            info = connection_info_from(await BaseHook.aget_connection(self.sqlserver_conn_id), self.driver)
-        except Exception as exc:  # report, don't swallow: the task fails with this message
-            yield TriggerEvent(
-                {"status": "error", "message": f"cannot load connection {self.sqlserver_conn_id!r}: {exc}"}
-            )
-            return
+        return connection_info_from(conn, self.driver)
+
+    def check(self, info: Any) -> Any:
+        from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
+        from airflow_provider_cdc.cdc.sources.sqlserver.pending import capture_job_readiness
+
         until = None if not self.until else datetime.fromisoformat(self.until)
-        while True:
-            try:
-                readiness = await asyncio.to_thread(_check, info, until, self.server_time_zone)
-            except Exception as exc:
-                yield TriggerEvent({"status": "error", "message": f"cannot read the capture job's position: {exc}"})
-                return
-            if readiness.state != "waiting":
-                yield TriggerEvent(readiness.to_event())
-                return
-            self.log.info("%s", readiness.message)
-            await asyncio.sleep(self.poll_interval)
-
-
-def _check(info: Any, until: datetime | None, zone: str) -> Any:
-    from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
-    from airflow_provider_cdc.cdc.sources.sqlserver.pending import capture_job_readiness
-
-    conn = connect(info)
-    try:
-        return capture_job_readiness(conn, until, zone)
-    finally:
-        conn.close()
+        conn = connect(info)
+        try:
+            return capture_job_readiness(conn, until, self.server_time_zone)
+        finally:
+            conn.close()
