@@ -400,10 +400,22 @@ class YugabyteCrashSource(StandInCrashSource):
         return {f"AIRFLOW_CONN_{self.conn_id.upper()}": airflow_connection(self.standin)}
 
     def after_child(self, crash: CrashCapture) -> None:
-        """Nothing for the server to do (see the class docstring); check the slot is not ahead."""
+        """Nothing for the server to do (see the class docstring); check the slot is not ahead of
+        what landed: the stored offset, or the commit log's last window where a killed child's
+        offset write did not survive (the next run restores the offset from the log)."""
+        from dataclasses import replace
+
+        from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
+        from airflow_provider_cdc.cdc.sinks.storage import storage_for
+
         offset = self.stored_offset(crash)
-        if offset is not None and offset.lsn is not None and self.has_slot(self.slot(crash)):
-            self.check_not_ahead(crash, offset)
+        if offset is None or offset.lsn is None or not self.has_slot(self.slot(crash)):
+            return
+        committed = CommitLog(storage_for(str(crash.sink)), crash.prefix).committed()
+        landed = committed[-1].window.to_lsn if committed else None
+        if landed is not None and int(landed) > int(offset.lsn):
+            offset = replace(offset, lsn=landed)
+        self.check_not_ahead(crash, offset)
 
     def position(self) -> Position:
         from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
@@ -433,7 +445,7 @@ class YugabyteCrashSource(StandInCrashSource):
         assert offset.lsn is not None
         confirmed = self.confirmed_flush(self.slot(crash))
         assert confirmed is not None and int(confirmed) <= int(offset.lsn) - 1, (
-            f"the slot of {crash.prefix!r} is confirmed up to {confirmed}, ahead of the stored offset's end "
+            f"the slot of {crash.prefix!r} is confirmed up to {confirmed}, ahead of the end of what landed "
             f"{offset.lsn} (minus one)"
         )
         return confirmed
