@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -20,13 +21,13 @@ class ReadinessPollingTrigger(BaseTrigger):
     conn_id: str
     poll_interval: float
 
+    @abstractmethod
     def connection_info(self, conn: Any) -> Any:
         """The engine's connection value of the Airflow connection."""
-        raise NotImplementedError
 
+    @abstractmethod
     def check(self, info: Any) -> Any:
         """One reading: a :class:`~cdc.readiness.Readiness` (runs in a thread)."""
-        raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
