@@ -55,6 +55,7 @@ class Capture(ABC):
     NAMES: ClassVar[NameRules]
     SOURCE_NAME: ClassVar[str]  # for messages: "PostgreSQL", "SQL Server"
     DEFAULT_WATERMARKS: ClassVar[str] = "message"  # the source's incremental_watermarks default
+    LANDS_MESSAGES: ClassVar[bool] = False  # does the source deliver logical messages (<prefix>.message)?
 
     tables: Sequence[str | TableRef] = ()
     topic_prefix: str = ""
@@ -228,6 +229,11 @@ class Capture(ABC):
     def streams(self) -> bool:
         """Does this capture stream changes (every snapshot mode but ``initial_only``)?"""
         return streams(self.snapshot_mode)
+
+    @property
+    def tables_known_at_parse(self) -> bool:
+        """Are the captured tables known without asking the source (no include-list patterns)?"""
+        return not self.table_include_list and bool(self.tables)
 
     @property
     def table_refs(self) -> tuple[TableRef, ...]:

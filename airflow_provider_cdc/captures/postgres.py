@@ -46,6 +46,7 @@ class PostgresCapture(Capture):
     """Configuration of one PostgreSQL capture. See docs/operators.md for every field."""
 
     OFFSET_TYPE: ClassVar[type[CaptureOffset]] = PostgresOffset
+    LANDS_MESSAGES: ClassVar[bool] = True
     NAMES = POSTGRES_NAMES
     SOURCE_NAME = "PostgreSQL"
 

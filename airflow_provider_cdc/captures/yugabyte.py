@@ -58,6 +58,7 @@ class YugabyteCapture(PostgresCapture):
     """Configuration of one YugabyteDB capture. See docs/yugabytedb.md for every field."""
 
     OFFSET_TYPE: ClassVar[type[CaptureOffset]] = YugabyteOffset
+    LANDS_MESSAGES: ClassVar[bool] = False  # YugabyteDB does not deliver logical messages
     SOURCE_NAME = "YugabyteDB"
     DEFAULT_WATERMARKS: ClassVar[str] = "insert_insert"
 

@@ -30,7 +30,7 @@ from airflow_provider_cdc.cdc.incremental import (
     apply_signal,
     remember_applied,
 )
-from airflow_provider_cdc.cdc.naming import Topic, gap_topic, is_staged_topic, side_topics
+from airflow_provider_cdc.cdc.naming import Topic, gap_topic, is_staged_topic, message_topic, side_topics
 from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning import (
     checkpoint,
@@ -126,11 +126,27 @@ class CdcSetupOperator(CdcCaptureOperator):
 
 
 class _WindowOperator(CdcCaptureOperator):
-    """Shared run logic of the snapshot and window operators (subclasses define ``_run``)."""
+    """Shared run logic of the snapshot and window operators (subclasses define ``_run``).
+
+    Their outlets are the landed datasets (:mod:`airflow_provider_cdc.operators.assets`); each
+    successful run puts what it landed in each on the asset events' ``extra``.
+    """
+
+    def __init__(self, *, capture: Capture, **kwargs: Any) -> None:
+        from airflow_provider_cdc.operators.assets import window_outlets
+
+        if isinstance(capture, Capture):
+            kwargs.setdefault("outlets", window_outlets(capture))
+        super().__init__(capture=capture, **kwargs)
+        self._run_tables: tuple[TableRef, ...] = ()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_cdc.operators.assets import emit_window_events
+
         with fail_fast_on_terminal_errors(self.capture):
-            return self._run(context)  # type: ignore[attr-defined]
+            summary = self._run(context)  # type: ignore[attr-defined]
+        emit_window_events(context, self.capture, summary, self._run_tables)
+        return summary
 
     @contextmanager
     def _state(self) -> Iterator[_RunState]:
@@ -150,6 +166,7 @@ class _WindowOperator(CdcCaptureOperator):
             )
             for note in reconciled.notes:
                 self.log.warning("%s", note)
+            self._run_tables = source.tables
             yield _RunState(capture, source, store, commit_log, stored, reconciled.offset)
 
     def _decide(self, state: _RunState, context: Context, kind: str) -> RunDecision:
@@ -457,9 +474,14 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         as_of_window: str | int | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_cdc.operators.assets import state_outlets
+
+        chosen = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
+        if isinstance(capture, Capture):
+            kwargs.setdefault("outlets", state_outlets(capture, state_path, chosen))
         super().__init__(capture=capture, **kwargs)
         self.state_path = state_path
-        self.tables = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
+        self.tables = chosen
         unknown = [str(r) for r in self.tables or () if capture.table_refs and r not in capture.table_refs]
         if unknown:
             raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
@@ -506,6 +528,10 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             self.log.info(
                 "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
             )
+        from airflow_provider_cdc.operators.assets import emit_state_events
+
+        via_alias = self.tables is None and not capture.tables_known_at_parse
+        emit_state_events(context, capture, self.state_path, results, tables, via_alias=via_alias)
         return results
 
     def _as_of_for_past_run(self, context: Context) -> int | None:
@@ -591,6 +617,7 @@ def _summary(
     entry: CommitEntry, capture: Capture, *, confirmed_lsn: Position | None, lag: int | None
 ) -> dict[str, Any]:
     side = side_topics(capture.topic_prefix)
+    messages = sum(d.events for d in entry.datasets if d.topic == message_topic(capture.topic_prefix))
     events = {
         d.topic: dict(d.ops)
         for d in entry.datasets
@@ -604,6 +631,7 @@ def _summary(
         "events": events,
         "changes": sum(sum(ops.values()) for ops in events.values()),
         "transactions": entry.transactions,
+        "messages": messages,
         "slot_confirmed_lsn": None if confirmed_lsn is None else str(confirmed_lsn),
         "bytes_behind": lag,
         "sink_path": capture.sink_path,

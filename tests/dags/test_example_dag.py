@@ -72,6 +72,7 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     health = [r.xcom["slot_health"] for r in results]
     assert all(h["healthy"] and h["metrics"]["wal_status"] == "reserved" for h in health)
     assert health[-1]["metrics"]["confirmed_flush_lsn"] == windows[-1]["to_lsn"]
+    check_asset_events(dag, tmp_path, windows)
     with db.connect() as conn:
         for table, keys in KEYS.items():
             source = source_rows(conn, table, keys)
@@ -85,3 +86,42 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
             )
             assert_same_state(spark_rows(state, keys), source)
     Variable.delete("cdc_offset__shop")
+
+
+def check_asset_events(dag, sink_root, windows) -> None:
+    """Every landed dataset is an outlet Asset with its directory's URI; each window run's events
+    (in Airflow's metadata database) carry the window, its bounds and what landed in each."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    lake = f"file://{sink_root}"
+    topics = ["shop.public.customers", "shop.public.orders", "shop.public.order_items"]
+    window_uris = [f"{lake}/{t}" for t in topics] + [f"{lake}/shop.transaction", f"{lake}/shop.message"]
+    for task_id in ("snapshot", "capture_window"):
+        assert sorted(a.uri for a in dag.get_task(task_id).outlets) == sorted(window_uris)
+    state_uris = [f"file://{sink_root}/state/{t}" for t in topics]
+    assert sorted(a.uri for a in dag.get_task("current_state").outlets) == sorted(state_uris)
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.source_task_id, AssetEvent.extra)
+            .join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dag.dag_id)
+            .order_by(AssetEvent.id)
+        ).all()
+    by_task: dict[str, list] = {}
+    for uri, task_id, extra in rows:
+        by_task.setdefault(task_id, []).append((uri, extra))
+    assert len(by_task["snapshot"]) == len(window_uris)  # one run snapshotted
+    assert len(by_task["capture_window"]) == len(window_uris) * len(windows)
+    assert len(by_task["current_state"]) == len(state_uris) * len(windows)
+    for n, window in enumerate(windows):
+        events = dict(by_task["capture_window"][n * len(window_uris) : (n + 1) * len(window_uris)])
+        for topic in topics:
+            extra = events[f"{lake}/{topic}"]
+            assert extra["window_id"] == window["window_id"] and extra["replayed"] is False
+            assert (extra["from_lsn"], extra["to_lsn"]) == (window["from_lsn"], window["to_lsn"])
+            assert extra["events"] == sum(window["events"].get(topic, {}).values())
+        assert events[f"{lake}/shop.transaction"]["transactions"] == window["transactions"]
+    assert sum(e["events"] for u, e in by_task["capture_window"] if u.endswith("order_items")) > 0
+    assert all("password" not in str(extra) for _, _, extra in rows)
