@@ -22,6 +22,7 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.naming import message_topic, table_topic
+from airflow_provider_cdc.cdc.progress import batch_bytes, log_chunk
 from airflow_provider_cdc.cdc.sources.postgres.columnar import TRUNCATE_ROW
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
@@ -98,6 +99,7 @@ class StreamStats:
     last_commit_lsn: int | None = None
     last_tx_id: int | None = None
     last_commit_ts_us: int | None = None
+    event_bytes: int = 0
     started: float = field(default_factory=time.monotonic)
 
 
@@ -411,12 +413,16 @@ class WindowCollector:
         if batches or tx_batch is not None:
             self._flush(batches, tx_batch)
             self.stats.chunks += 1
-            log.info(
-                "chunk %d: %d changes, %d transactions so far, tables touched: %s",
-                self.stats.chunks,
-                self.stats.changes,
-                self.stats.transactions,
-                ", ".join(sorted(batches)) or "none",
+            self.stats.event_bytes += sum(batch_bytes(b) for b in batches.values())
+            log_chunk(
+                log,
+                chunk=self.stats.chunks,
+                changes=self.stats.changes,
+                transactions=self.stats.transactions,
+                event_bytes=self.stats.event_bytes,
+                started=self.stats.started,
+                last_commit_ts_us=self.stats.last_commit_ts_us,
+                topics=batches,
             )
         self._buffers = {}
         self._targets = {}

@@ -36,6 +36,7 @@ from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.naming import table_topic
+from airflow_provider_cdc.cdc.progress import batch_bytes, log_chunk
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
@@ -150,6 +151,7 @@ class StreamStats:
     last_commit_lsn: int | None = None
     last_tx_id: str | None = None
     last_commit_ts_us: int | None = None
+    event_bytes: int = 0
 
 
 @dataclass
@@ -332,6 +334,17 @@ class WindowReader:
         self._pending_transactions = []
         self._buffered = 0
         self.stats.chunks += 1
+        self.stats.event_bytes += sum(batch_bytes(b) for b in batches.values())
+        log_chunk(
+            log,
+            chunk=self.stats.chunks,
+            changes=self.stats.changes,
+            transactions=self.stats.transactions,
+            event_bytes=self.stats.event_bytes,
+            started=self.stats.started,
+            last_commit_ts_us=self.stats.last_commit_ts_us,
+            topics=batches,
+        )
 
 
 def merged_changes(

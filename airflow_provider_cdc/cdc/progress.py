@@ -1,0 +1,59 @@
+"""One progress line per written chunk, the same for every source.
+
+A task log should answer "how far along, how fast, how far behind" without Spark's noise:
+changes and transactions so far, the bytes of events written, the rate since the window
+started, and the lag (how long ago the last captured change was committed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+
+def batch_bytes(batches: Iterable[pa.RecordBatch]) -> int:
+    return sum(b.nbytes for b in batches)
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def lag_text(last_commit_ts_us: int | None, now: float | None = None) -> str:
+    if last_commit_ts_us is None:
+        return "unknown"
+    seconds = max(0.0, (time.time() if now is None else now) - last_commit_ts_us / 1e6)
+    return f"{seconds:.1f}s"
+
+
+def log_chunk(
+    log: logging.Logger,
+    *,
+    chunk: int,
+    changes: int,
+    transactions: int,
+    event_bytes: int,
+    started: float,
+    last_commit_ts_us: int | None,
+    topics: Iterable[str],
+) -> None:
+    elapsed = max(time.monotonic() - started, 1e-3)
+    log.info(
+        "chunk %d: %d changes in %d transactions so far, %s of events, %.0f changes/s (%s/s), "
+        "lag %s behind the last commit read; topics: %s",
+        chunk,
+        changes,
+        transactions,
+        human_bytes(event_bytes),
+        changes / elapsed,
+        human_bytes(event_bytes / elapsed),
+        lag_text(last_commit_ts_us),
+        ", ".join(sorted(topics)) or "none",
+    )
