@@ -4,6 +4,56 @@ from __future__ import annotations
 
 from airflow_provider_cdc import __version__
 
+# The CDC connection types' own form fields, stored in the connection's extra under these names
+# (the hooks read them from plain postgres/mssql/odbc connections' extra too). Declared here,
+# not as hook widgets, so the UI gets them without importing the hooks (Airflow 3.2+).
+_TEXT = {"type": ["string", "null"]}
+_LIBPQ_FIELDS = {
+    "sslmode": {
+        "label": "SSL mode",
+        "schema": {**_TEXT, "enum": [None, "disable", "allow", "prefer", "require", "verify-ca", "verify-full"]},
+        "description": "libpq sslmode; verify-full for production",
+    },
+    "sslrootcert": {"label": "SSL root certificate (path on the workers)", "schema": _TEXT},
+    "sslcert": {"label": "SSL client certificate (path on the workers)", "schema": _TEXT},
+    "sslkey": {"label": "SSL client key (path on the workers)", "schema": _TEXT},
+    "connect_timeout": {"label": "Connect timeout (seconds)", "schema": {"type": ["integer", "null"]}},
+    "application_name": {
+        "label": "Application name",
+        "schema": _TEXT,
+        "description": "shown in pg_stat_activity; the capture adds its own name when empty",
+    },
+    "target_session_attrs": {
+        "label": "Target session attributes",
+        "schema": {**_TEXT, "enum": [None, "any", "read-write", "primary"]},
+        "description": "read-write: never connect to a standby (slots live on the primary)",
+    },
+}
+_LIBPQ_BEHAVIOUR = {
+    "hidden-fields": [],
+    "relabeling": {"schema": "Database"},
+    "placeholders": {"port": "5432", "login": "a role with REPLICATION", "extra": '{"sslmode": "verify-full"}'},
+}
+_YUGABYTE_BEHAVIOUR = {**_LIBPQ_BEHAVIOUR, "placeholders": {**_LIBPQ_BEHAVIOUR["placeholders"], "port": "5433"}}
+_ODBC_FIELDS = {
+    "driver": {
+        "label": "ODBC driver",
+        "schema": {**_TEXT, "default": "ODBC Driver 18 for SQL Server"},
+        "description": "the name registered in odbcinst.ini on the workers",
+    },
+    "Encrypt": {"label": "Encrypt", "schema": {**_TEXT, "enum": [None, "yes", "no", "strict"]}},
+    "TrustServerCertificate": {
+        "label": "Trust server certificate",
+        "schema": {**_TEXT, "enum": [None, "no", "yes"]},
+        "description": "yes only for test servers with self-signed certificates",
+    },
+}
+_ODBC_BEHAVIOUR = {
+    "hidden-fields": [],
+    "relabeling": {"schema": "Database"},
+    "placeholders": {"port": "1433", "login": "a user in db_owner (setup) or the CDC gating role"},
+}
+
 
 def get_provider_info() -> dict:
     return {
@@ -42,6 +92,29 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "YugabyteDB change capture",
                 "python-modules": ["airflow_provider_cdc.hooks.yugabyte_cdc"],
+            },
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_cdc.hooks.postgres_cdc.PostgresCdcHook",
+                "hook-name": "PostgreSQL (change capture)",
+                "connection-type": "postgres_cdc",
+                "conn-fields": _LIBPQ_FIELDS,
+                "ui-field-behaviour": _LIBPQ_BEHAVIOUR,
+            },
+            {
+                "hook-class-name": "airflow_provider_cdc.hooks.sqlserver_cdc.SqlServerCdcHook",
+                "hook-name": "SQL Server (change capture)",
+                "connection-type": "mssql_cdc",
+                "conn-fields": _ODBC_FIELDS,
+                "ui-field-behaviour": _ODBC_BEHAVIOUR,
+            },
+            {
+                "hook-class-name": "airflow_provider_cdc.hooks.yugabyte_cdc.YugabyteCdcHook",
+                "hook-name": "YugabyteDB (change capture)",
+                "connection-type": "yugabytedb_cdc",
+                "conn-fields": _LIBPQ_FIELDS,
+                "ui-field-behaviour": _YUGABYTE_BEHAVIOUR,
             },
         ],
         "operators": [

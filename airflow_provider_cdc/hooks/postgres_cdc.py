@@ -23,6 +23,7 @@ from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
+from airflow_provider_cdc.hooks.extras import connection_extras
 from airflow_provider_cdc.version_compat import BaseHook
 
 
@@ -34,12 +35,14 @@ class PreflightReport:
 
 
 def connection_info_from(conn: Any) -> PgConnectionInfo:
-    """The engine's connection value of an Airflow ``postgres`` connection (allowlisted extras)."""
-    extra = conn.extra_dejson or {}
+    """The engine's connection value of an Airflow ``postgres``, ``postgres_cdc`` or
+    ``yugabytedb_cdc`` connection (allowlisted extras)."""
+    extra = connection_extras(conn)
     options = tuple((key, str(extra[key])) for key in ALLOWED_OPTIONS if extra.get(key) is not None)
+    default_port = 5433 if conn.conn_type == "yugabytedb_cdc" else 5432  # YSQL listens on 5433
     return PgConnectionInfo(
         host=conn.host or "localhost",
-        port=int(conn.port or 5432),
+        port=int(conn.port or default_port),
         dbname=conn.schema or "",
         user=conn.login or "",
         password=conn.password,
@@ -56,7 +59,9 @@ class PostgresCdcHook(BaseHook):
 
     conn_name_attr = "postgres_conn_id"
     default_conn_name = "postgres_default"
-    conn_type = "postgres"
+    # Its own connection type, for the form fields declared in get_provider_info; plain
+    # ``postgres`` connections work the same (the type is not checked).
+    conn_type = "postgres_cdc"
     hook_name = "PostgreSQL (change capture)"
 
     def __init__(self, postgres_conn_id: str = default_conn_name, **kwargs: Any) -> None:

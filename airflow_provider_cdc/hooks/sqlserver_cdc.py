@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import DEFAULT_DRIVER, SqlServerConnectionInfo, connect
+from airflow_provider_cdc.hooks.extras import connection_extras
 from airflow_provider_cdc.version_compat import BaseHook
 
 #: Extras that are Airflow's or other hooks' settings, not ODBC attributes.
@@ -23,8 +24,8 @@ _NOT_ODBC = frozenset({"driver", "dsn", "connect_kwargs", "sqlalchemy_scheme", "
 
 
 def connection_info_from(conn: Any, driver: str | None = None) -> SqlServerConnectionInfo:
-    """The engine's connection value of an Airflow ``mssql``/``odbc`` connection."""
-    extra = conn.extra_dejson or {}
+    """The engine's connection value of an Airflow ``mssql_cdc``, ``mssql`` or ``odbc`` connection."""
+    extra = connection_extras(conn)
     options = tuple(
         (str(key), str(value)) for key, value in extra.items() if key.lower() not in _NOT_ODBC and value is not None
     )
@@ -48,7 +49,8 @@ class SqlServerCdcHook(BaseHook):
 
     conn_name_attr = "sqlserver_conn_id"
     default_conn_name = "mssql_default"
-    conn_type = "mssql"
+    # Its own connection type (form fields in get_provider_info); mssql/odbc connections work too.
+    conn_type = "mssql_cdc"
     hook_name = "SQL Server (change capture)"
 
     def __init__(self, sqlserver_conn_id: str = default_conn_name, *, driver: str | None = None, **kwargs: Any) -> None:

@@ -1,7 +1,8 @@
 """Hook for change capture from YugabyteDB (YSQL): the PostgreSQL hook, with YugabyteDB's slot view.
 
-Reuses Airflow's ``postgres`` connection type (a YSQL endpoint speaks PostgreSQL's protocol);
-extras are read by name from the same allowlist as PostgreSQL's.
+Its connection type is ``yugabytedb_cdc`` (default port 5433); plain ``postgres`` connections
+work too (a YSQL endpoint speaks PostgreSQL's protocol). Extras are read by name from the same
+allowlist as PostgreSQL's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ class YugabyteCdcHook(PostgresCdcHook):
 
     conn_name_attr = "yugabytedb_conn_id"
     default_conn_name = "yugabytedb_default"
-    conn_type = "postgres"
+    conn_type = "yugabytedb_cdc"
     hook_name = "YugabyteDB (change capture)"
 
     def __init__(self, yugabytedb_conn_id: str = default_conn_name, **kwargs: Any) -> None:
