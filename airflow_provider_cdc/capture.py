@@ -10,5 +10,15 @@ DAGs import.
 
 from airflow_provider_cdc.captures.base import NEW_TABLE_SNAPSHOT, OFFSET_STORES, Capture, SourceRun
 from airflow_provider_cdc.captures.postgres import PostgresCapture
+from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
+from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
 
-__all__ = ["NEW_TABLE_SNAPSHOT", "OFFSET_STORES", "Capture", "PostgresCapture", "SourceRun"]
+__all__ = [
+    "NEW_TABLE_SNAPSHOT",
+    "OFFSET_STORES",
+    "Capture",
+    "PostgresCapture",
+    "SourceRun",
+    "SqlServerCapture",
+    "YugabyteCapture",
+]

@@ -148,6 +148,12 @@ class _WindowOperator(CdcCaptureOperator):
         emit_window_events(context, self.capture, summary, self._run_tables)
         return summary
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): source tables in, landed datasets out."""
+        from airflow_provider_cdc.operators.lineage import window_lineage
+
+        return window_lineage(self)
+
     @contextmanager
     def _state(self) -> Iterator[_RunState]:
         capture = self.capture
@@ -532,7 +538,15 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
 
         via_alias = self.tables is None and not capture.tables_known_at_parse
         emit_state_events(context, capture, self.state_path, results, tables, via_alias=via_alias)
+        self._state_tables = tuple(tables)
         return results
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): topics in, current-state tables out."""
+        from airflow_provider_cdc.operators.lineage import state_lineage
+
+        tables = getattr(self, "_state_tables", None) or self.tables or self.capture.table_refs
+        return state_lineage(self, tables)
 
     def _as_of_for_past_run(self, context: Context) -> int | None:
         """A backfill, or a re-run of a past run: the window its state is rebuilt "as of" (the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from types import SimpleNamespace
 
 import pytest
 
@@ -73,6 +74,7 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     assert all(h["healthy"] and h["metrics"]["wal_status"] == "reserved" for h in health)
     assert health[-1]["metrics"]["confirmed_flush_lsn"] == windows[-1]["to_lsn"]
     check_asset_events(dag, tmp_path, windows)
+    check_lineage(dag, tmp_path, db)
     with db.connect() as conn:
         for table, keys in KEYS.items():
             source = source_rows(conn, table, keys)
@@ -125,3 +127,41 @@ def check_asset_events(dag, sink_root, windows) -> None:
         assert events[f"{lake}/shop.transaction"]["transactions"] == window["transactions"]
     assert sum(e["events"] for u, e in by_task["capture_window"] if u.endswith("order_items")) > 0
     assert all("password" not in str(extra) for _, _, extra in rows)
+
+
+def check_lineage(dag, sink_root, db) -> None:
+    """OpenLineage's own extractor manager finds the operators' lineage after the runs: the
+    source tables (spec naming) in, the landed datasets (the Assets' URIs) out, each output with
+    the schema its Parquet files were written with."""
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from airflow.utils.state import TaskInstanceState
+
+    from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+
+    manager = ExtractorManager()
+    info = PostgresCdcHook("shop_db").connection_info
+    run = SimpleNamespace(run_id="lineage-check")
+    window = manager.extract_metadata(run, dag.get_task("capture_window"), TaskInstanceState.SUCCESS, None)
+    assert sorted((d.namespace, d.name) for d in window.inputs) == sorted(
+        (f"postgres://{info.host}:{info.port}", f"{info.dbname}.{t}") for t in KEYS
+    )
+    outputs = {d.name.rsplit("/", 1)[-1]: d for d in window.outputs}
+    assert sorted(outputs) == sorted(
+        ["shop.public.customers", "shop.public.orders", "shop.public.order_items", "shop.transaction", "shop.message"]
+    )
+    assert {d.namespace for d in window.outputs} == {"file"}
+    orders = {f.name: f for f in outputs["shop.public.orders"].facets["schema"].fields}
+    assert {"before", "after", "source", "op", "ts_ms", "transaction"} <= set(orders)
+    with db.connect() as conn:
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'orders'"
+            ).fetchall()
+        ]
+    assert sorted(f.name for f in orders["after"].fields) == sorted(columns)
+    assert "status" in {f.name for f in outputs["shop.transaction"].facets["schema"].fields}
+    state = manager.extract_metadata(run, dag.get_task("current_state"), TaskInstanceState.SUCCESS, None)
+    assert sorted(d.name for d in state.outputs) == sorted(f"{sink_root}/state/shop.{t}" for t in KEYS)
+    assert all("schema" in d.facets for d in state.outputs + state.inputs)
+    assert "password" not in repr(window) + repr(state)

@@ -10,6 +10,7 @@ therefore see exactly the committed windows and never a half-written one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,11 @@ class CommitLog:
         for entry in self.entries():
             latest[entry.window.seq] = entry
         return [latest[seq] for seq in sorted(latest)]
+
+    def newest_first(self) -> Iterator[CommitEntry]:
+        """Entries from the newest back, read one at a time (stop early to read few)."""
+        for name in reversed(self._names()):
+            yield self._read(name)
 
     def latest(self) -> CommitEntry | None:
         """The newest entry: the last committed window (re-runs only ever repeat the newest).
