@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: The spark-submit entry point shipped with the package.
 DEFAULT_APPLICATION = str(Path(__file__).parent / "spark_jobs" / "cdc_job.py")
+#: Spark's logging for capture jobs: errors only (the same file the embedded session uses).
+QUIET_LOG4J = str(Path(__file__).parent / "cdc" / "resources" / "log4j2.properties")
 
 
 def run_embedded(spec: Any) -> CommitEntry:
@@ -66,7 +68,9 @@ def submit(
     from airflow_provider_cdc.version_compat import BaseHook
 
     # SparkSubmitHook silently falls back to master 'yarn' when the connection is missing.
-    master = (BaseHook.get_connection(spark_conn_id).host or "").strip()
+    connection = BaseHook.get_connection(spark_conn_id)
+    master = (connection.host or "").strip()
+    check_client_mode(spark_conn_id, connection.extra_dejson or {}, conf)
     env = dict(secrets)
     if master.startswith("local"):
         # A local master runs Python workers on this machine: use this interpreter (the one with
@@ -82,7 +86,15 @@ def submit(
             conn_id=spark_conn_id,
             name=name,
             application_args=["--spec", str(spec_path), "--result", str(result_path)],
-            conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **conf},
+            conf={
+                "spark.sql.session.timeZone": "UTC",
+                "spark.ui.showConsoleProgress": "false",
+                # The hook logs every line spark-submit prints at INFO in the task log: the
+                # driver logs Spark's own records at ERROR only (the job's progress lines are
+                # Python logging and still come through).
+                "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{QUIET_LOG4J}",
+                **conf,
+            },
             spark_binary=spark_submit_binary(),
         )
         # The environment goes to the spark-submit process itself, not through the hook's env_vars:
@@ -96,6 +108,24 @@ def submit(
                 "cannot write the result file back; use client mode)"
             )
         return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def check_client_mode(spark_conn_id: str, extra: dict[str, Any], conf: dict[str, str]) -> None:
+    """Refuse cluster deploy mode before anything runs.
+
+    The job reports its commit entry back through a local result file, and the operator saves
+    the offset and acknowledges the source from it, so the driver must run where the task runs
+    (client mode). In cluster mode the result could not come back, and the window would land
+    with no offset saved; Spark standalone also refuses cluster mode for Python applications.
+    """
+    modes = {str(extra.get("deploy-mode") or "").strip().lower(), str(conf.get("spark.submit.deployMode", "")).lower()}
+    if "cluster" in modes:
+        raise CdcConfigurationError(
+            f"Spark connection {spark_conn_id!r} asks for deploy mode 'cluster': capture jobs run in client "
+            "mode (the driver reports the committed window back to the task, which then saves the offset). "
+            "Remove deploy-mode from the connection's extra (or spark.submit.deployMode from spark_conf); "
+            "the executors still run on the cluster. Nothing was submitted."
+        )
 
 
 def spark_submit_binary() -> str:

@@ -63,7 +63,8 @@ def get_or_create_session(options: SparkOptions | None = None, *, submitted: boo
             active.conf.set(key, value)
         return active
     if submitted:
-        builder = SparkSession.builder.appName("airflow-provider-cdc")
+        # No appName: spark-submit's --name (cdc-<prefix>-<window>) names it in the cluster's UI.
+        builder = SparkSession.builder
         for key, value in REQUIRED_CONF.items():
             builder = builder.config(key, value)
         return builder.getOrCreate()

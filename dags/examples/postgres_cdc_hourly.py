@@ -8,10 +8,11 @@ health check reports the slot's lag and fails (alerting) well before the server'
 ``max_slot_wal_keep_size`` would invalidate the slot, even when the window itself failed.
 
 Everything it needs is in the settings below: the ``shop_db`` Airflow connection and two
-directories. To run it under your scheduler, copy this file into your DAGs folder and change
-them (README: "Run it under your scheduler"). The demo and the tests point the directories
-elsewhere through the two ``CDC_EXAMPLE_*`` environment variables; nothing else is read from
-the environment.
+directories; the Spark jobs run in the task's process unless ``SPARK_CONN_ID`` names a Spark
+connection. To run it under your scheduler, copy this file into your DAGs folder and change
+them (README: "Run it under your scheduler"). The demo and the tests point the directories (and
+the tests the Spark connection) elsewhere through the ``CDC_EXAMPLE_*`` environment variables;
+nothing else is read from the environment.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ TOPIC_PREFIX = "shop"
 # s3a://bucket/cdc), and where the current-state tables are rebuilt. /tmp is for trying it out.
 SINK_PATH = os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/lake")
 STATE_PATH = os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state")
+# Where the Spark jobs run: None runs them in the task's own process (embedded local Spark);
+# the id of an Airflow "spark" connection submits them with spark-submit (spark://..., yarn,
+# k8s://...; client mode; see docs/deployment.md).
+SPARK_CONN_ID = os.environ.get("CDC_EXAMPLE_SPARK_CONN_ID") or None
 # --------------------------------------------------------------------------------------------------
 
 capture = PostgresCapture(
@@ -50,6 +55,7 @@ capture = PostgresCapture(
     tables=TABLES,
     topic_prefix=TOPIC_PREFIX,
     sink_path=SINK_PATH,
+    spark_conn_id=SPARK_CONN_ID,
     snapshot_mode="initial",
 )
 

@@ -13,8 +13,9 @@ The DBA enables CDC first (docs/sqlserver.md): ``EXEC sys.sp_cdc_enable_db`` and
 
 Everything it needs is in the settings below: the ``shop_mssql`` Airflow connection (type
 ``mssql``; schema = the database; the ``driver`` extra names the ODBC driver) and two directories.
-The tests point the directories elsewhere through the two ``CDC_EXAMPLE_*`` environment
-variables; nothing else is read from the environment.
+The Spark jobs run in the task's process unless ``SPARK_CONN_ID`` names a Spark connection. The
+tests point the settings elsewhere through the ``CDC_EXAMPLE_*`` environment variables; nothing
+else is read from the environment.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ TOPIC_PREFIX = "shop"
 # s3a://bucket/cdc), and where the current-state tables are rebuilt. /tmp is for trying it out.
 SINK_PATH = os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/sqlserver-lake")
 STATE_PATH = os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/sqlserver-state")
+# Where the Spark jobs run: None runs them in the task's own process (embedded local Spark);
+# the id of an Airflow "spark" connection submits them with spark-submit (spark://..., yarn,
+# k8s://...; client mode; see docs/deployment.md).
+SPARK_CONN_ID = os.environ.get("CDC_EXAMPLE_SPARK_CONN_ID") or None
 # --------------------------------------------------------------------------------------------------
 
 capture = SqlServerCapture(
@@ -53,6 +58,7 @@ capture = SqlServerCapture(
     tables=TABLES,
     topic_prefix=TOPIC_PREFIX,
     sink_path=SINK_PATH,
+    spark_conn_id=SPARK_CONN_ID,
     snapshot_mode="initial",
 )
 

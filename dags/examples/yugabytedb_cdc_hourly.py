@@ -14,7 +14,8 @@ a role with REPLICATION and SELECT on the tables (and, unless it is a superuser,
 ``set_yb_read_time`` procedure of the docs for the snapshot), primary keys on captured tables.
 
 Everything it needs is in the settings below: the ``shop_yb`` Airflow connection (type ``postgres``,
-pointing at a YSQL endpoint; schema = the database) and two directories. The tests point them
+pointing at a YSQL endpoint; schema = the database) and two directories; the Spark jobs run in
+the task's process unless ``SPARK_CONN_ID`` names a Spark connection. The tests point them
 elsewhere through the ``CDC_EXAMPLE_*`` environment variables; nothing else is read from the
 environment.
 """
@@ -49,6 +50,10 @@ TOPIC_PREFIX = "shop"
 # s3a://bucket/cdc), and where the current-state tables are rebuilt. /tmp is for trying it out.
 SINK_PATH = os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/yugabytedb-lake")
 STATE_PATH = os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/yugabytedb-state")
+# Where the Spark jobs run: None runs them in the task's own process (embedded local Spark);
+# the id of an Airflow "spark" connection submits them with spark-submit (spark://..., yarn,
+# k8s://...; client mode; see docs/deployment.md).
+SPARK_CONN_ID = os.environ.get("CDC_EXAMPLE_SPARK_CONN_ID") or None
 # --------------------------------------------------------------------------------------------------
 
 capture = YugabyteCapture(
@@ -56,6 +61,7 @@ capture = YugabyteCapture(
     tables=TABLES,
     topic_prefix=TOPIC_PREFIX,
     sink_path=SINK_PATH,
+    spark_conn_id=SPARK_CONN_ID,
     snapshot_mode="initial",
 )
 
