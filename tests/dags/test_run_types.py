@@ -167,7 +167,7 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, task
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.operators.postgres_cdc import (
@@ -198,6 +198,19 @@ with DAG(
         >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
         >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
     )
+
+# A downstream DAG scheduled on the capture's transaction table (an outlet Asset of its tasks).
+with DAG(
+    "cdc_rt_consumer",
+    schedule=[Asset("file://" + os.environ["CDC_RT_SINK"] + "/rt.transaction")],
+    start_date=pendulum.parse(os.environ["CDC_RT_START"]),
+):
+
+    @task
+    def consume(triggering_asset_events=None):
+        return [dict(e.extra) for events in triggering_asset_events.values() for e in events]
+
+    consume()
 """
 
 
@@ -268,6 +281,8 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     (manual_first,) = airflow.runs(dag_id)
     assert manual_first["run_type"] == "manual" and manual_first["state"] == "success"
     expected = mutate()
+    airflow.wait_for_dag("cdc_rt_consumer")
+    airflow.unpause("cdc_rt_consumer")
     airflow.unpause(dag_id)
     runs = airflow.wait_for_runs(dag_id, 4)  # catchup: the daily ticks of the last three days
     scheduled = [r["dag_run_id"] for r in runs if r["run_type"] == "scheduled"]
@@ -276,6 +291,32 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     summaries = {run_id: window(run_id) for run_id in scheduled}
     assert summaries[scheduled[0]]["changes"] == expected and "replayed" not in summaries[scheduled[0]]
     assert "(scheduled," in decision(scheduled[0]) and "captures" in decision(scheduled[0])
+    # The task log says where the window starts and ends, how it went, and how far behind it is.
+    log = airflow.log_text(dag_id, scheduled[0], "capture_window", 1)
+    window_id = summaries[scheduled[0]]["window_id"]
+    assert f"window {window_id}: [" in log and f"window {window_id} committed:" in log and "bytes behind" in log, log
+    progress = [line for line in log.splitlines() if " chunk 1: " in line]
+    assert len(progress) == 1 and "changes/s" in progress[0] and "of events" in progress[0], log
+    assert " lag " in progress[0] and "py4j" not in log.lower(), log
+    # The consumer ran on the window's asset events and read what each run landed.
+    consumed = airflow._wait(
+        lambda: [
+            extra
+            for r in airflow.runs("cdc_rt_consumer")
+            if r["state"] == "success"
+            for extra in airflow.xcom("cdc_rt_consumer", r["dag_run_id"], "consume") or []
+        ],
+        180,
+        "the downstream DAG",
+    )
+    by_window = {e["window_id"]: e for e in consumed}
+    first = by_window[window_id]
+    assert first["topic"] == "rt.transaction" and first["replayed"] is False
+    assert first["transactions"] == summaries[scheduled[0]]["transactions"]
+    assert (first["from_lsn"], first["to_lsn"]) == (
+        summaries[scheduled[0]]["from_lsn"],
+        summaries[scheduled[0]]["to_lsn"],
+    )
 
     expected = mutate()
     now = airflow.trigger(dag_id)  # manual, no logical date, no data interval
