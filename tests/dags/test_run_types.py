@@ -11,6 +11,7 @@ the workload's own counts, and the replayed state equal to the source.
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.testing import shop
+from tests.conftest import ROOT
 from tests.support import airflow as af
 from tests.support.oracle import (
     assert_history,
@@ -221,6 +223,8 @@ def deployment(db15, tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "cdc_run_types.py").write_text(textwrap.dedent(DAG_FILE))
+    # The example DAG as shipped, on the same database (its own prefix, slot and publication).
+    shutil.copy(ROOT / "dags" / "examples" / "postgres_cdc_hourly.py", dags)
     # A daily schedule whose last tick was an hour ago: catchup makes three scheduled runs, and no
     # tick falls inside the test to take changes meant for another run.
     tick = pendulum.now("UTC").subtract(hours=1).start_of("minute")
@@ -230,6 +234,9 @@ def deployment(db15, tmp_path):
         "AIRFLOW_CONN_RT_DB": db15.cluster.airflow_uri(db15.name),
         "CDC_RT_SINK": str(tmp_path / "lake"),
         "CDC_RT_START": start.isoformat(),
+        "AIRFLOW_CONN_SHOP_DB": db15.cluster.airflow_uri(db15.name),
+        "CDC_EXAMPLE_SINK_PATH": str(tmp_path / "example-lake"),
+        "CDC_EXAMPLE_STATE_PATH": str(tmp_path / "example-state"),
         faults.ENV: "operator.offset_saved:raise",  # armed only while the file below exists
         faults.ONCE_ENV: str(tmp_path / "fault-armed"),
     }
@@ -358,6 +365,25 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     assert "captures" in decision(retried, 1) and "already landed" in decision(retried, 2)
     slot = db.slot_status("cdc_rt")
     assert str(slot.confirmed_flush_lsn) == report["to_lsn"]  # the retry acknowledged it
+
+    # The example DAG as shipped (@hourly, no catchup): unpaused, the scheduler runs the latest
+    # hour (setup, snapshot, window, current state, slot health); changes are made; a manual run
+    # through the REST API captures them (with any hourly run the clock adds on the way).
+    example = "postgres_cdc_hourly"
+    airflow.wait_for_dag(example)
+    airflow.unpause(example)
+    (first,) = airflow.wait_for_runs(example, 1)
+    assert set(airflow.states(example, first["dag_run_id"]).values()) == {"success"}, airflow.component_logs()
+    made = mutate()
+    manual = airflow.trigger(example)
+    assert airflow.wait_for_run(example, manual)["state"] == "success", airflow.states(example, manual)
+    later = [r["dag_run_id"] for r in airflow.runs(example) if r["dag_run_id"] != first["dag_run_id"]]
+    windows = [airflow.xcom(example, run_id, "capture_window") for run_id in later]
+    assert sum(w["changes"] for w in windows if not w.get("replayed")) == made, windows
+    assert airflow.states(example, manual)["snapshot"] == "skipped"
+    assert [r["action"] for r in airflow.xcom(example, manual, "current_state")] in (["applied"] * 3, ["unchanged"] * 3)
+    assert airflow.xcom(example, manual, "slot_health")["healthy"]
+    airflow.pause(example)
 
     # The DAG moves to a new Airflow deployment: a new metadata database, so no offset Variable.
     airflow.stop()
