@@ -98,7 +98,9 @@ def window_event_extras(
 
 def emit_window_events(context: Any, capture: Capture, summary: dict[str, Any], tables: Iterable[TableRef]) -> None:
     """Put each dataset's extra on this run's asset events (through the alias for patterns)."""
-    outlet_events = context["outlet_events"]
+    outlet_events = context.get("outlet_events")
+    if outlet_events is None:  # run outside an Airflow task (a script, the crash harness): no events
+        return
     for dataset, extra in window_event_extras(capture, summary, tables):
         asset = as_asset(dataset)
         if dataset.kind == CHANGE_EVENTS and not capture.tables_known_at_parse:
@@ -118,7 +120,9 @@ def emit_state_events(
 ) -> None:
     """Each current-state table's event: the window it now reflects and what the fold did."""
     by_topic = {r["topic"]: r for r in results}
-    outlet_events = context["outlet_events"]
+    outlet_events = context.get("outlet_events")
+    if outlet_events is None:
+        return
     for dataset in state_datasets(state_path, capture.topic_prefix, tables):
         result = by_topic.get(dataset.topic, {})
         extra = {

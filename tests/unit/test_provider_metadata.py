@@ -102,7 +102,7 @@ def _modules(package: str) -> set[str]:
     return {
         f"airflow_provider_cdc.{package}.{m.name}"
         for m in pkgutil.iter_modules([str(path)])
-        if not m.name.startswith("_") and m.name not in ("runs", "assets", "extras", "polling")
+        if not m.name.startswith("_") and m.name not in ("runs", "assets", "lineage", "extras", "polling")
     }
 
 
