@@ -56,6 +56,7 @@ class Capture(ABC):
     SOURCE_NAME: ClassVar[str]  # for messages: "PostgreSQL", "SQL Server"
     DEFAULT_WATERMARKS: ClassVar[str] = "message"  # the source's incremental_watermarks default
     LANDS_MESSAGES: ClassVar[bool] = False  # does the source deliver logical messages (<prefix>.message)?
+    LINEAGE_SCHEME: ClassVar[str] = "postgres"  # OpenLineage's namespace scheme for the source
 
     tables: Sequence[str | TableRef] = ()
     topic_prefix: str = ""

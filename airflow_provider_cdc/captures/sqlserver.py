@@ -51,6 +51,7 @@ class SqlServerCapture(Capture):
     NAMES = SQLSERVER_NAMES
     SOURCE_NAME = "SQL Server"
     DEFAULT_WATERMARKS: ClassVar[str] = "insert_insert"
+    LINEAGE_SCHEME: ClassVar[str] = "mssql"
 
     sqlserver_conn_id: str
     # The ODBC driver (default: the connection's "driver" extra, else "ODBC Driver 18 for SQL Server").

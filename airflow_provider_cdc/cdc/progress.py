@@ -9,9 +9,40 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+
+@dataclass
+class StreamStats:
+    """What a window's stream read so far: every source's counters (a source adds its own)."""
+
+    changes: int = 0
+    transactions: int = 0
+    chunks: int = 0
+    key_changes: int = 0
+    last_commit_lsn: int | None = None
+    last_tx_id: int | str | None = None
+    last_commit_ts_us: int | None = None
+    event_bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def chunk_written(self, log: logging.Logger, batches: Mapping[str, Sequence[pa.RecordBatch]]) -> None:
+        """Count a written chunk and log its progress line."""
+        self.chunks += 1
+        self.event_bytes += sum(batch_bytes(b) for b in batches.values())
+        log_chunk(
+            log,
+            chunk=self.chunks,
+            changes=self.changes,
+            transactions=self.transactions,
+            event_bytes=self.event_bytes,
+            started=self.started,
+            last_commit_ts_us=self.last_commit_ts_us,
+            topics=batches,
+        )
 
 
 def batch_bytes(batches: Iterable[pa.RecordBatch]) -> int:

@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 def source_namespace(capture: Any) -> tuple[str, str]:
     """(namespace, database) of the capture's source, from its Airflow connection."""
     info = capture.hook().connection_info
-    if type(capture).__name__ == "SqlServerCapture":
-        return f"mssql://{info.host}:{info.port or 1433}", info.database
-    return f"postgres://{info.host}:{info.port}", info.dbname
+    port = info.port or {"mssql": 1433}.get(capture.LINEAGE_SCHEME, 5432)
+    database = getattr(info, "database", None) or getattr(info, "dbname", "")
+    return f"{capture.LINEAGE_SCHEME}://{info.host}:{port}", database
 
 
 def window_lineage(operator: Any) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 import struct
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.naming import message_topic, table_topic
-from airflow_provider_cdc.cdc.progress import batch_bytes, log_chunk
+from airflow_provider_cdc.cdc.progress import StreamStats as ProgressStats
 from airflow_provider_cdc.cdc.sources.postgres.columnar import TRUNCATE_ROW
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
@@ -89,18 +88,9 @@ class _Transaction:
 
 
 @dataclass
-class StreamStats:
-    changes: int = 0
-    transactions: int = 0
-    chunks: int = 0
+class StreamStats(ProgressStats):
     messages: int = 0
     messages_skipped: int = 0
-    key_changes: int = 0
-    last_commit_lsn: int | None = None
-    last_tx_id: int | None = None
-    last_commit_ts_us: int | None = None
-    event_bytes: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class WindowCollector:
@@ -412,18 +402,7 @@ class WindowCollector:
         tx_batch = transaction_batch(self._tx_rows) if self._tx_rows else None
         if batches or tx_batch is not None:
             self._flush(batches, tx_batch)
-            self.stats.chunks += 1
-            self.stats.event_bytes += sum(batch_bytes(b) for b in batches.values())
-            log_chunk(
-                log,
-                chunk=self.stats.chunks,
-                changes=self.stats.changes,
-                transactions=self.stats.transactions,
-                event_bytes=self.stats.event_bytes,
-                started=self.stats.started,
-                last_commit_ts_us=self.stats.last_commit_ts_us,
-                topics=batches,
-            )
+            self.stats.chunk_written(log, batches)
         self._buffers = {}
         self._targets = {}
         self._buffered = 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,7 +35,7 @@ from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.naming import table_topic
-from airflow_provider_cdc.cdc.progress import batch_bytes, log_chunk
+from airflow_provider_cdc.cdc.progress import StreamStats
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
@@ -139,19 +138,6 @@ def check_retention(
                 "Re-snapshot (snapshot_mode='when_needed' records the gap and re-snapshots), and raise the retention "
                 "(sys.sp_cdc_change_job @job_type = N'cleanup', @retention = <minutes>)"
             )
-
-
-@dataclass
-class StreamStats:
-    started: float = field(default_factory=time.monotonic)
-    changes: int = 0
-    transactions: int = 0
-    chunks: int = 0
-    key_changes: int = 0
-    last_commit_lsn: int | None = None
-    last_tx_id: str | None = None
-    last_commit_ts_us: int | None = None
-    event_bytes: int = 0
 
 
 @dataclass
@@ -333,18 +319,7 @@ class WindowReader:
         self._buffers = {}
         self._pending_transactions = []
         self._buffered = 0
-        self.stats.chunks += 1
-        self.stats.event_bytes += sum(batch_bytes(b) for b in batches.values())
-        log_chunk(
-            log,
-            chunk=self.stats.chunks,
-            changes=self.stats.changes,
-            transactions=self.stats.transactions,
-            event_bytes=self.stats.event_bytes,
-            started=self.stats.started,
-            last_commit_ts_us=self.stats.last_commit_ts_us,
-            topics=batches,
-        )
+        self.stats.chunk_written(log, batches)
 
 
 def merged_changes(
