@@ -34,6 +34,7 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
 from airflow_provider_cdc.cdc.positions import Position
 from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.sinks.formats import check_table_sink
 from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
 from airflow_provider_cdc.cdc.value_modes import ValueModes
@@ -61,6 +62,12 @@ class Capture(ABC):
     tables: Sequence[str | TableRef] = ()
     topic_prefix: str = ""
     sink_path: str = ""
+    # How the landed datasets are stored: "parquet" (directories + the commit log), "iceberg" or
+    # "delta" (one lake table per dataset, one table commit per window; docs/lake-formats.md).
+    sink_format: str = "parquet"
+    # pyiceberg catalog properties for sink_format="iceberg" (empty: a SQLite catalog file beside
+    # the sink). Not for secrets: they would travel in the job spec.
+    table_catalog: Mapping[str, str] = field(default_factory=dict)
     # Debezium's table.include.list / table.exclude.list: regular expressions on schema.table,
     # resolved against the catalog by every task (instead of, or to filter, ``tables``).
     table_include_list: Sequence[str] = ()
@@ -121,6 +128,7 @@ class Capture(ABC):
         self.validate_source()
         if not self.sink_path or not str(self.sink_path).strip():
             raise CdcConfigurationError("sink_path is required (a local directory or a Hadoop URI)")
+        check_table_sink(self.sink_format, str(self.sink_path), self.table_catalog)
         if self.heartbeat_action_query is not None and not str(self.heartbeat_action_query).strip():
             raise CdcConfigurationError("heartbeat_action_query is empty: give a SQL statement or None")
         if isinstance(self.offset_store, str) and self.offset_store not in OFFSET_STORES:
@@ -257,7 +265,18 @@ class Capture(ABC):
             idle_timeout_seconds=getattr(self, "idle_timeout_seconds", 300.0),
             incremental_chunk_size=self.incremental_chunk_size,
             incremental_chunks_per_run=self.incremental_chunks_per_run,
+            sink_format=self.sink_format,
+            table_catalog=dict(self.table_catalog),
         )
+
+    def check_sink(self) -> None:
+        """Setup's sink checks (no I/O beyond reading): the path can hold the sink and the table
+        format, if any, can be written."""
+        from airflow_provider_cdc.cdc.sinks.formats import check_table_sink_ready
+        from airflow_provider_cdc.cdc.sinks.storage import check_writable
+
+        check_writable(self.sink_path)
+        check_table_sink_ready(self.sink_format, self.table_catalog)
 
     def spark_options(self) -> SparkOptions:
         return SparkOptions(master=self.spark_master, conf=dict(self.spark_conf))
@@ -268,6 +287,7 @@ class Capture(ABC):
             "tables": [r.data_collection for r in self.table_refs] or {"include": list(self.table_include_list)},
             "snapshot_mode": self.snapshot_mode,
             "sink_path": self.sink_path,
+            "sink_format": self.sink_format,
         }
 
 

@@ -23,7 +23,6 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
 from airflow_provider_cdc.cdc.sources.postgres.admin import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings, TableEncoder
@@ -209,7 +208,7 @@ class PostgresCapture(Capture):
         error, each with its fix. Returns the report and the tables to publish."""
         problems = Problems("setup")
         with problems.check():
-            check_writable(self.sink_path)
+            self.check_sink()
         tables: tuple[TableRef, ...] = ()
         with hook.session() as conn, problems.check():
             tables = self.resolve_tables(conn)

@@ -29,7 +29,6 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
@@ -174,7 +173,7 @@ class SqlServerCapture(Capture):
 
         problems = Problems("setup")
         with problems.check():
-            check_writable(self.sink_path)
+            self.check_sink()
         hook = self.hook()
         conn = None
         with problems.check():  # a connection without a database, a refused login: nothing else can be checked

@@ -28,7 +28,6 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning
@@ -215,7 +214,7 @@ class YugabyteCapture(PostgresCapture):
     def _yb_preflight(self, hook: YugabyteCdcHook) -> tuple[pg_admin.ServerInfo, dict, list[TableRef]]:
         problems = Problems("setup")
         with problems.check():
-            check_writable(self.sink_path)
+            self.check_sink()
         described: dict = {}
         server = None
         with hook.session() as conn:

@@ -18,6 +18,8 @@ point                              reached
 ``window.chunk_written``           after each chunk of a stream window is written (uncommitted)
 ``window.read_done``               the window is read and written, not yet committed
 ``incremental.chunk_staged``       after each incremental snapshot chunk is read and staged
+``sink.table_committed``           (Iceberg/Delta sinks) after each dataset's table commit, before
+                                   the commit-log entry: the table holds a window the log does not
 ``sink.committed``                 the commit-log entry is published; the offset is not updated
 ``operator.offset_saved``          the offset records the window; the slot is not acknowledged
 ``operator.acknowledged``          the slot is acknowledged; the task has not returned

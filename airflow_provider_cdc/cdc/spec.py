@@ -24,7 +24,7 @@ SPEC_FORMAT = 1
 
 @dataclass(frozen=True)
 class CaptureOptions:
-    """Tuning knobs of a run (see docs/operators.md)."""
+    """How a run reads and writes: tuning knobs and the sink's table format (docs/operators.md)."""
 
     max_changes_per_chunk: int = 100_000
     snapshot_partition_bytes: int = 256 * 1024 * 1024
@@ -32,8 +32,14 @@ class CaptureOptions:
     idle_timeout_seconds: float = 300.0
     incremental_chunk_size: int = 50_000
     incremental_chunks_per_run: int = 20
+    sink_format: str = "parquet"  # parquet | iceberg | delta (cdc/sinks/formats.py)
+    # Iceberg catalog properties (pyiceberg's); empty: a SQLite catalog beside the sink.
+    table_catalog: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
+
+        check_sink_format(self.sink_format)
         for name, minimum, unit in (
             ("max_changes_per_chunk", 1, ""),
             ("incremental_chunk_size", 1, ""),
@@ -46,7 +52,7 @@ class CaptureOptions:
                 raise CdcConfigurationError(f"{name} must be a number of at least {minimum}{unit}, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "table_catalog": dict(self.table_catalog)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureOptions:
@@ -162,10 +168,16 @@ class StateJobSpec:
     topics: tuple[tuple[str, str], ...]  # (topic name, directory)
     as_of_seq: int | None = None
     spark: SparkOptions = field(default_factory=SparkOptions)
+    # The sink's table format; the state tables are kept in the same one (MERGE, time travel).
+    sink_format: str = "parquet"
+    table_catalog: dict[str, str] = field(default_factory=dict)  # the sink's Iceberg catalog, if any
 
     job = "current_state"
 
     def __post_init__(self) -> None:
+        from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
+
+        check_sink_format(self.sink_format)
         validate_topic_prefix(self.topic_prefix)
         if not self.topics:
             raise CdcConfigurationError("no tables to build state for")
@@ -181,6 +193,8 @@ class StateJobSpec:
                 "topics": [list(t) for t in self.topics],
                 "as_of_seq": self.as_of_seq,
                 "spark": self.spark.to_dict(),
+                **({"sink_format": self.sink_format} if self.sink_format != "parquet" else {}),
+                **({"table_catalog": dict(self.table_catalog)} if self.table_catalog else {}),
             },
             sort_keys=True,
             indent=1,
@@ -198,6 +212,8 @@ class StateJobSpec:
             topics=tuple((t[0], t[1]) for t in data["topics"]),
             as_of_seq=data.get("as_of_seq"),
             spark=SparkOptions.from_dict(data.get("spark") or {}),
+            sink_format=data.get("sink_format", "parquet"),
+            table_catalog=dict(data.get("table_catalog") or {}),
         )
 
 

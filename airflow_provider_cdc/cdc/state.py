@@ -31,7 +31,8 @@ from typing import Any
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
-from airflow_provider_cdc.cdc.sinks.schemas import merge_schemas, spark_read_merged
+from airflow_provider_cdc.cdc.sinks.reader import read_windows_spark
+from airflow_provider_cdc.cdc.sinks.schemas import merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
 log = logging.getLogger(__name__)
@@ -98,11 +99,12 @@ def apply_windows(
     topic: Topic,
     state_path: str,
     as_of_seq: int | None = None,
+    table_catalog: dict[str, str] | None = None,
 ) -> StateResult:
     """Bring the state table of ``topic`` up to ``as_of_seq`` (default: the last committed window)."""
     sink = storage_for(sink_path, lambda: spark)
     state = storage_for(state_path, lambda: spark)
-    entries = CommitLog(sink, topic_prefix).committed()
+    entries = committed = CommitLog(sink, topic_prefix).committed()
     if as_of_seq is not None:
         if as_of_seq not in {e.window.seq for e in entries}:
             raise CdcConfigurationError(f"window {as_of_seq} of capture {topic_prefix!r} is not committed")
@@ -124,8 +126,9 @@ def apply_windows(
     if last_snapshot is not None:
         base = None  # a snapshot window is a complete image: earlier state does not matter
         pending = [e for e in pending if e.window.seq >= last_snapshot]
-    paths = [sink.uri(d.path) for e in pending if (d := e.dataset(topic.name)) is not None and d.events]
-    events = spark_read_merged(spark, paths) if paths else None
+    events = read_windows_spark(
+        spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
+    )
     base_frame = spark.read.parquet(state.uri(base.path)) if base is not None else None
     folded = fold(spark, events, base_frame)
     if folded is None:
@@ -398,6 +401,7 @@ def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
             topic=Topic(name, directory),
             state_path=spec.state_path,
             as_of_seq=spec.as_of_seq,
+            table_catalog=dict(spec.table_catalog),
         )
         results.append(result.to_dict())
     return results

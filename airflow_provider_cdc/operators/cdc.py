@@ -162,9 +162,13 @@ class _WindowOperator(CdcCaptureOperator):
             check_writable(capture.sink_path)
             commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
             stored = load_offset(store, capture.topic_prefix, capture.OFFSET_TYPE)
+            latest = commit_log.latest()
+            from airflow_provider_cdc.cdc.sinks.reader import check_landed_tables  # pyarrow: not at DAG parse
+
+            check_landed_tables(latest, capture.sink_path, capture.topic_prefix, dict(capture.table_catalog))
             reconciled = reconcile(
                 stored,
-                commit_log.latest(),
+                latest,
                 source.identity,
                 offset_type=capture.OFFSET_TYPE,
                 source=store.describe(capture.topic_prefix),
@@ -515,6 +519,8 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             ),
             as_of_seq=as_of,
             spark=capture.spark_options(),
+            sink_format=capture.sink_format,
+            table_catalog=dict(capture.table_catalog),
         )
         with fail_fast_on_terminal_errors(capture):
             if capture.spark_conn_id is None:

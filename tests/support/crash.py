@@ -56,6 +56,27 @@ KILLED = -signal.SIGKILL
 CHILD_BYTECODE = {"PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / f"cdc-crash-pycache-{os.getuid()}")}
 
 
+def assert_tables_hold_the_log(sink: str, prefix: str, entries: list, sink_format: str) -> None:
+    """Each landed dataset's lake table, read whole by its own library (not through the commit
+    log), holds exactly the windows the log committed, each with the events the log counted."""
+    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.sinks.formats import table_format
+
+    tables = table_format(sink_format, sink, prefix)
+    expected: dict[str, Counter] = defaultdict(Counter)
+    directories = {}
+    for entry in entries:
+        for dataset in entry.datasets:
+            if dataset.topic.startswith(prefix + ":"):
+                continue  # the product's own staged files, not a landed dataset
+            directories[dataset.topic] = dataset.path.split("/window=", 1)[0]
+            expected[dataset.topic][entry.window_id] += dataset.events
+    for name, directory in directories.items():
+        rows = tables.scan_arrow(Topic(name, directory))
+        held = Counter(rows.column("window_id").to_pylist()) if rows is not None else Counter()
+        assert held == expected[name], f"{name}: the table holds {dict(held)}, the log says {dict(expected[name])}"
+
+
 def prepare_shop(db: CaptureDatabase, monkeypatch: Any, name: str, *, customers: int, orders_per_customer: int) -> str:
     """The shop schema with data and a ``cdc_state`` schema for state-table offsets in ``db``, and
     an Airflow connection to it (returns its id, ``<name>_<database>``)."""
@@ -245,6 +266,9 @@ class CrashCapture:
                 assert entry.window.from_lsn == previous.window.to_lsn, (
                     f"{entry.window.describe()} does not start where {previous.window.describe()} ended"
                 )
+
+        if self.overrides.get("sink_format", "parquet") != "parquet":
+            assert_tables_hold_the_log(sink, self.prefix, entries, self.overrides["sink_format"])
 
         stream_events: dict[str, list[dict]] = {}
         positions: Counter = Counter()

@@ -28,17 +28,21 @@ class Scenario:
         spark=None,
         settings: EventSettings | None = None,
         chunk: int = 100_000,
+        sink_format: str = "parquet",
     ):
         self.db, self.tables, self.spark = db, tables, spark
         self.sink, self.state_path = root / "lake", root / "state"
         self.settings = settings or EventSettings()
         self.chunk = chunk
+        self.sink_format = sink_format
         self.seq = 0
         self.position = db.setup_capture(tables).confirmed_flush_lsn
         self.entries = []
 
     def _spec(self, window):
-        spec = self.db.spec(self.tables, window, self.sink, max_changes_per_chunk=self.chunk)
+        spec = self.db.spec(
+            self.tables, window, self.sink, max_changes_per_chunk=self.chunk, sink_format=self.sink_format
+        )
         return replace(spec, events=self.settings)
 
     def snapshot(self):

@@ -29,13 +29,18 @@ class DatasetCommit:
     path: str  # relative to the sink's base path
     events: int
     ops: dict[str, int] = field(default_factory=dict)
+    # Iceberg/Delta sinks: the table commit that holds the window (formats.TableCommit's dict).
+    table: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "path": self.path, "events": self.events, "ops": dict(self.ops)}
+        data = {"topic": self.topic, "path": self.path, "events": self.events, "ops": dict(self.ops)}
+        return data if self.table is None else {**data, "table": dict(self.table)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DatasetCommit:
-        return cls(data["topic"], data["path"], int(data["events"]), dict(data.get("ops") or {}))
+        return cls(
+            data["topic"], data["path"], int(data["events"]), dict(data.get("ops") or {}), data.get("table") or None
+        )
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+
+if TYPE_CHECKING:  # DAG files validate sink_format through this module: no pyarrow at parse time
+    import pyarrow as pa
+
+    from airflow_provider_cdc.cdc.naming import Topic
 
 PARQUET = "parquet"
 ICEBERG = "iceberg"
@@ -44,6 +46,54 @@ def check_sink_format(value: str) -> str:
     if value not in SINK_FORMATS:
         raise CdcConfigurationError(f"sink_format must be one of {', '.join(SINK_FORMATS)}, got {value!r}")
     return value
+
+
+def check_table_sink(sink_format: str, sink_path: str, catalog: Mapping[str, str]) -> None:
+    """A capture's sink settings, at DAG parse (no I/O, no imports of the format libraries)."""
+    check_sink_format(sink_format)
+    if not isinstance(catalog, Mapping) or not all(isinstance(k, str) for k in catalog):
+        raise CdcConfigurationError("table_catalog must be a mapping of pyiceberg catalog property names to values")
+    if catalog and sink_format != ICEBERG:
+        raise CdcConfigurationError(f"table_catalog is for sink_format='iceberg', not {sink_format!r}")
+    if sink_format == PARQUET:
+        return
+    scheme = sink_path.split("://", 1)[0] if "://" in sink_path else ""
+    if scheme not in ("", "file"):
+        raise CdcConfigurationError(
+            f"sink_format={sink_format!r} writes its tables to local or file:// sink paths in this release, "
+            f"not {scheme}:// ones; use sink_format='parquet' on object stores and HDFS"
+        )
+
+
+def check_table_sink_ready(sink_format: str, table_catalog: Mapping[str, str]) -> None:
+    """At setup, before anything is created: the format's library is installed and a named
+    Iceberg catalog answers (the default SQLite catalog is created with the first table)."""
+    if sink_format == PARQUET:
+        return
+    module, extra = ("deltalake", "delta") if sink_format == DELTA else ("pyiceberg.catalog.sql", "iceberg")
+    try:
+        __import__(module)
+    except ImportError as exc:
+        raise CdcConfigurationError(
+            f"sink_format={sink_format!r} needs {module.split('.')[0]} ({exc}): install "
+            f"'airflow-provider-cdc[{extra}]' where the tasks and Spark jobs run"
+        ) from None
+    if sink_format == ICEBERG and table_catalog:
+        from pyiceberg.catalog import load_catalog
+
+        try:
+            load_catalog("cdc", **dict(table_catalog)).list_namespaces()
+        except Exception as exc:
+            # The catalog's own message may quote its properties: name only the error's type.
+            raise CdcConfigurationError(
+                f"the Iceberg catalog in table_catalog cannot be reached ({type(exc).__name__}); check its "
+                "uri and type (pyiceberg catalog properties)"
+            ) from None
+
+
+def local_base(sink_path: str) -> str:
+    """The local directory of a ``file://`` or plain sink path."""
+    return sink_path[len("file://") :] if sink_path.startswith("file://") else sink_path
 
 
 @dataclass(frozen=True)
@@ -141,6 +191,10 @@ class TableFormat(Protocol):
 
     def data_files(self, topic: Topic) -> list[str]:
         """The Parquet files of the table's current version (Spark reads them directly)."""
+
+    def holds_window(self, topic: Topic, window_seq: int) -> bool:
+        """Does the table's current version hold rows of window ``window_seq``? (For when the
+        window's tagged commit left the history: snapshot expiry, log cleanup.)"""
 
 
 def table_format(

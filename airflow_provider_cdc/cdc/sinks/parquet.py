@@ -35,6 +35,7 @@ from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import from_remote_traceback
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
+from airflow_provider_cdc.cdc.sinks.formats import PARQUET, TableCommit, WindowTag, local_base, table_format
 from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, storage_for
 from airflow_provider_cdc.cdc.window import Window
 
@@ -42,12 +43,34 @@ log = logging.getLogger(__name__)
 
 
 class ParquetSink:
-    def __init__(self, base_path: str, topic_prefix: str, spark_provider: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        base_path: str,
+        topic_prefix: str,
+        spark_provider: Callable[[], Any] | None = None,
+        *,
+        sink_format: str = PARQUET,
+        table_catalog: dict[str, str] | None = None,
+    ):
         self.base_path = base_path
         self.topic_prefix = topic_prefix
         self.spark_provider = spark_provider
         self.storage = storage_for(base_path, spark_provider)
         self.log = CommitLog(self.storage, topic_prefix)
+        self.sink_format = sink_format
+        # Iceberg/Delta: each landed dataset is also a table the window's files are committed to.
+        self.tables = table_format(sink_format, local_base(base_path), topic_prefix, table_catalog)
+
+    @classmethod
+    def for_spec(cls, spec: Any, spark_provider: Callable[[], Any] | None = None) -> ParquetSink:
+        """The sink a job spec names (its path, prefix and table format)."""
+        return cls(
+            spec.sink_path,
+            spec.topic_prefix,
+            spark_provider,
+            sink_format=spec.options.sink_format,
+            table_catalog=dict(spec.options.table_catalog),
+        )
 
     @property
     def is_local(self) -> bool:
@@ -167,12 +190,14 @@ class WindowWriter:
         """Publish the window in the commit log, then drop files of superseded attempts."""
         self._files.drain()
         self._files.close()
+        tables = self._commit_tables(window, stats or {})
         datasets = tuple(
             DatasetCommit(
                 topic=name,
                 path=self.dataset_path(self.topics[name]),
                 events=self._events[name],
                 ops=dict(self._ops.get(name, {})),
+                table=tables[name].to_dict() if name in tables else None,
             )
             for name in sorted(self._events)
             if self._events[name]
@@ -191,8 +216,42 @@ class WindowWriter:
         )
         committed = self.sink.log.append(entry)
         faults.point("sink.committed")
-        self._remove_other_attempts()
+        if self.sink.tables is None:
+            # Lake tables keep superseded attempts' files for time travel: their maintenance
+            # (vacuum, snapshot expiry) removes them, not the writer.
+            self._remove_other_attempts()
         return committed
+
+    def _commit_tables(self, window: Window, stats: dict[str, Any]) -> dict[str, TableCommit]:
+        """Commit this attempt's files of every landed dataset to its table (transactions last),
+        before the commit-log entry: a crash in between leaves table commits a retry replaces."""
+        formats = self.sink.tables
+        if formats is None:
+            return {}
+        tag = WindowTag(
+            topic_prefix=self.sink.topic_prefix,
+            window_seq=window.seq,
+            window_id=window.window_id,
+            kind=window.kind,
+            from_position=None if window.from_lsn is None else str(window.from_lsn),
+            to_position=None if window.to_lsn is None else str(window.to_lsn),
+            attempt=self.attempt,
+            run_id=(stats.get("run") or {}).get("run_id"),
+        )
+        transactions = Topic.transactions(self.sink.topic_prefix).name
+        landed = sorted(
+            (t for t in self.topics.values() if not t.name.startswith(self.sink.topic_prefix + ":")),
+            key=lambda t: (t.name == transactions, t.name),
+        )
+        commits = {}
+        for topic in landed:
+            rel = self.dataset_path(topic)
+            names = sorted(n for n in self.sink.storage.list_names(rel) if n.endswith(".parquet"))
+            commit = formats.commit_window(topic, [self.sink.storage.uri(f"{rel}/{n}") for n in names], tag)
+            if commit is not None:
+                commits[topic.name] = commit
+            faults.point("sink.table_committed")
+        return commits
 
     def close(self) -> None:
         """Stop the file writer thread once its last write is done (nothing is committed)."""

@@ -3,6 +3,10 @@
 ``read_topic_arrow`` needs no Spark (local sinks); ``read_topic_spark`` works for any URI.
 Both accept a topic name such as ``shop.public.orders`` or ``shop.transaction``, and merge
 events written under different table schemas by the rules in :mod:`.schemas`.
+
+On Iceberg and Delta sinks (told by the commit log's entries) they read the dataset's table
+as it is now, restricted to the windows in the log: a table commit of a window whose entry a
+crash kept out of the log is not read, and compaction or vacuum of the table changes nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
+from airflow_provider_cdc.cdc.errors import CdcStateError
+from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
+from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas, spark_read_merged
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
@@ -33,8 +41,62 @@ def committed_paths(base_path: str, topic_prefix: str, topic: str, spark: Any = 
     return paths
 
 
-def read_topic_arrow(base_path: str, topic_prefix: str, topic: str) -> pa.Table | None:
+def table_format_of(entries: list[CommitEntry]) -> str | None:
+    """The lake table format the entries were committed to (None: plain Parquet)."""
+    return next((d.table["format"] for e in entries for d in e.datasets if d.table), None)
+
+
+def committed_table_rows(
+    base_path: str,
+    topic_prefix: str,
+    topic: str,
+    entries: list[CommitEntry],
+    table_catalog: dict[str, str] | None = None,
+) -> pa.Table | None:
+    """The rows of ``topic``'s lake table in the windows of ``entries`` (None: no such rows)."""
+    fmt = table_format_of(entries)
+    assert fmt is not None
+    seqs = [e.window.seq for e in entries if (d := e.dataset(topic)) is not None and d.events]
+    if not seqs:
+        return None
+    tables = table_format(fmt, local_base(base_path), topic_prefix, table_catalog)
+    assert tables is not None
+    rows = tables.scan_arrow(_topic(entries, topic), window_seqs=seqs)
+    return rows if rows is not None and rows.num_rows else None
+
+
+def committed_table_files(
+    base_path: str,
+    topic_prefix: str,
+    topic: str,
+    entries: list[CommitEntry],
+    table_catalog: dict[str, str] | None = None,
+) -> list[str]:
+    """The Parquet files of ``topic``'s lake table now (Spark reads them, filtering windows)."""
+    fmt = table_format_of(entries)
+    assert fmt is not None
+    tables = table_format(fmt, local_base(base_path), topic_prefix, table_catalog)
+    assert tables is not None
+    dataset = _topic(entries, topic)
+    return tables.data_files(dataset) if tables.exists(dataset) else []
+
+
+def _topic(entries: list[CommitEntry], name: str) -> Topic:
+    """The :class:`Topic` of a landed dataset, its directory taken from where a window wrote it."""
+    for entry in reversed(entries):
+        dataset = entry.dataset(name)
+        if dataset is not None:
+            return Topic(name, dataset.path.split("/window=", 1)[0])
+    raise ValueError(f"no committed window wrote {name!r}")
+
+
+def read_topic_arrow(
+    base_path: str, topic_prefix: str, topic: str, *, table_catalog: dict[str, str] | None = None
+) -> pa.Table | None:
     """All committed rows of ``topic`` as one Arrow table (None if nothing was committed)."""
+    entries = committed_windows(base_path, topic_prefix)
+    if table_format_of(entries) is not None:
+        return committed_table_rows(base_path, topic_prefix, topic, entries, table_catalog)
     paths = committed_paths(base_path, topic_prefix, topic)
     if not paths:
         return None
@@ -46,9 +108,65 @@ def read_topic_arrow(base_path: str, topic_prefix: str, topic: str) -> pa.Table 
     return pa.concat_tables([conform_table(t, schema) for t in tables])
 
 
-def read_topic_spark(spark: Any, base_path: str, topic_prefix: str, topic: str) -> Any:
+def read_topic_spark(
+    spark: Any, base_path: str, topic_prefix: str, topic: str, *, table_catalog: dict[str, str] | None = None
+) -> Any:
     """All committed rows of ``topic`` as a Spark DataFrame (None if nothing was committed)."""
-    paths = committed_paths(base_path, topic_prefix, topic, spark)
-    if not paths:
+    entries = committed_windows(base_path, topic_prefix, spark)
+    return read_windows_spark(spark, base_path, topic_prefix, topic, entries, entries, table_catalog=table_catalog)
+
+
+def read_windows_spark(
+    spark: Any,
+    base_path: str,
+    topic_prefix: str,
+    topic: str,
+    committed: list[CommitEntry],
+    windows: list[CommitEntry],
+    *,
+    table_catalog: dict[str, str] | None = None,
+) -> Any:
+    """The rows of ``topic`` in ``windows`` (some of the ``committed`` entries) as a Spark
+    DataFrame; None when those windows wrote none."""
+    storage = storage_for(base_path, lambda: spark)
+    written = [(e, d) for e in windows if (d := e.dataset(topic)) is not None and d.events]
+    if not written:
         return None
-    return spark_read_merged(spark, paths)
+    if table_format_of(committed) is None:
+        return spark_read_merged(spark, [storage.uri(d.path) for _, d in written])
+    files = committed_table_files(base_path, topic_prefix, topic, committed, table_catalog)
+    if not files:
+        return None
+    from pyspark.sql import functions as F
+
+    return spark_read_merged(spark, files).where(F.col(WINDOW_ID_FIELD).isin([e.window_id for e, _ in written]))
+
+
+def check_landed_tables(
+    entry: CommitEntry | None, base_path: str, topic_prefix: str, table_catalog: dict[str, str] | None = None
+) -> None:
+    """The lake tables the newest window committed to still hold it: a table dropped, replaced or
+    rolled back under the capture fails the run (like a deleted sink directory), before anything
+    is read, instead of silently losing the windows it held."""
+    if entry is None or table_format_of([entry]) is None:
+        return
+    tables = table_format(table_format_of([entry]) or "", local_base(base_path), topic_prefix, table_catalog)
+    assert tables is not None
+    for dataset in entry.datasets:
+        if not dataset.table:
+            continue
+        topic = Topic(dataset.topic, dataset.path.split("/window=", 1)[0])
+        if not tables.exists(topic):
+            raise CdcStateError(
+                f"the {dataset.table['format']} table of {dataset.topic} ({tables.table_uri(topic)}) is gone, but "
+                f"the commit log says window {entry.window_id} landed there: restore the table, or move the sink "
+                "aside and re-snapshot"
+            )
+        commit = tables.window_commits(topic).get(entry.window.seq)
+        held = tables.holds_window(topic, entry.window.seq) if commit is None else True
+        if not held:
+            raise CdcStateError(
+                f"the {dataset.table['format']} table of {dataset.topic} ({tables.table_uri(topic)}) no longer holds "
+                f"window {entry.window_id}, the newest one the commit log says landed there (was it rolled back "
+                "or overwritten?): restore it to a version that holds the window"
+            )

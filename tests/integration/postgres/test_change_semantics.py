@@ -15,6 +15,13 @@ from tests.support.scenario import Scenario
 
 pytestmark = pytest.mark.spark
 
+
+@pytest.fixture(params=["parquet", "iceberg", "delta"])
+def sink_format(request) -> str:
+    """Every scenario lands in each sink format: the events and the state must not depend on it."""
+    return request.param
+
+
 PLACEHOLDER = "__debezium_unavailable_value"
 
 
@@ -23,7 +30,7 @@ def toasted(seed: int) -> str:
     return "".join(rng.choice(string.ascii_letters) for _ in range(12_000))
 
 
-def test_replica_identity_shapes_the_before_image(db, spark, tmp_path):
+def test_replica_identity_shapes_the_before_image(db, spark, tmp_path, sink_format):
     db.execute(
         "CREATE TABLE def (id int PRIMARY KEY, v text, n int);"
         "CREATE TABLE ful (id int, v text, n int); ALTER TABLE ful REPLICA IDENTITY FULL;"
@@ -31,7 +38,9 @@ def test_replica_identity_shapes_the_before_image(db, spark, tmp_path):
         "ALTER TABLE idx REPLICA IDENTITY USING INDEX idx_ab;"
         "CREATE TABLE noth (id int PRIMARY KEY, v text); ALTER TABLE noth REPLICA IDENTITY NOTHING;"
     )
-    scenario = Scenario(db, ["public.def", "public.ful", "public.idx", "public.noth"], tmp_path, spark=spark)
+    scenario = Scenario(
+        db, ["public.def", "public.ful", "public.idx", "public.noth"], tmp_path, spark=spark, sink_format=sink_format
+    )
     with db.connect() as conn:
         for table in ("def", "ful"):
             conn.execute(f"INSERT INTO {table} VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)")
@@ -80,7 +89,7 @@ def test_replica_identity_shapes_the_before_image(db, spark, tmp_path):
     assert ful == source
 
 
-def test_unchanged_toast_values(db, spark, tmp_path):
+def test_unchanged_toast_values(db, spark, tmp_path, sink_format):
     db.execute(
         "CREATE TABLE docs (id int PRIMARY KEY, title text, body text, raw bytea, tags text[]);"
         "CREATE TABLE docs_full (id int PRIMARY KEY, title text, body text);"
@@ -93,7 +102,7 @@ def test_unchanged_toast_values(db, spark, tmp_path):
                 (i, toasted(i), toasted(i + 10).encode(), [toasted(i + 20)]),
             )
             conn.execute("INSERT INTO docs_full VALUES (%s, 't', %s)", (i, toasted(i)))
-    scenario = Scenario(db, ["public.docs", "public.docs_full"], tmp_path, spark=spark)
+    scenario = Scenario(db, ["public.docs", "public.docs_full"], tmp_path, spark=spark, sink_format=sink_format)
     scenario.snapshot()
     with db.connect() as conn:
         conn.execute("UPDATE docs SET title = 'new title' WHERE id = 1")  # toasted columns unchanged
@@ -113,12 +122,12 @@ def test_unchanged_toast_values(db, spark, tmp_path):
     scenario.assert_state_matches_source("public.docs_full", ["id"])
 
 
-def test_truncate_in_the_middle_of_a_window(db, spark, tmp_path):
+def test_truncate_in_the_middle_of_a_window(db, spark, tmp_path, sink_format):
     db.execute(
         "CREATE TABLE parent (id serial PRIMARY KEY, v text);"
         "CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent(id));"
     )
-    scenario = Scenario(db, ["public.parent", "public.child"], tmp_path, spark=spark)
+    scenario = Scenario(db, ["public.parent", "public.child"], tmp_path, spark=spark, sink_format=sink_format)
     with db.connect() as conn:
         conn.execute("INSERT INTO parent (v) VALUES ('a'), ('b')")
         conn.execute("INSERT INTO child VALUES (1, 1)")
@@ -144,10 +153,10 @@ def test_truncate_in_the_middle_of_a_window(db, spark, tmp_path):
     scenario.assert_state_matches_source("public.child", ["id"])
 
 
-def test_logical_decoding_messages(db, tmp_path):
+def test_logical_decoding_messages(db, tmp_path, sink_format):
     db.execute("CREATE TABLE t (id int PRIMARY KEY)")
     settings = EventSettings(message_prefix_exclude=("internal\\..*",))
-    scenario = Scenario(db, ["public.t"], tmp_path, settings=settings)
+    scenario = Scenario(db, ["public.t"], tmp_path, settings=settings, sink_format=sink_format)
     with db.connect() as conn:
         with conn.transaction():
             conn.execute("INSERT INTO t VALUES (1)")
@@ -174,9 +183,9 @@ def test_logical_decoding_messages(db, tmp_path):
     assert window.stats["messages"] == 2 and window.stats["messages_skipped"] == 1
 
 
-def test_schema_changes_between_and_inside_windows(db, spark, tmp_path):
+def test_schema_changes_between_and_inside_windows(db, spark, tmp_path, sink_format):
     db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, qty int, legacy text)")
-    scenario = Scenario(db, ["public.items"], tmp_path, spark=spark)
+    scenario = Scenario(db, ["public.items"], tmp_path, spark=spark, sink_format=sink_format)
     with db.connect() as conn:
         conn.execute("INSERT INTO items SELECT g, 'item ' || g, g, 'old' FROM generate_series(1, 20) g")
     scenario.snapshot()
@@ -198,9 +207,18 @@ def test_schema_changes_between_and_inside_windows(db, spark, tmp_path):
     import pyarrow.parquet as pq
 
     dataset = first.dataset("t.public.items")
-    files = sorted((scenario.sink / dataset.path).glob("*.parquet"))
-    versions = {tuple((f.name, str(f.type)) for f in pq.read_schema(f).field("after").type) for f in files}
-    assert len(versions) == 3  # one window, three table versions, each written as it was
+    if sink_format == "parquet":
+        files = sorted((scenario.sink / dataset.path).glob("*.parquet"))
+        versions = {tuple((f.name, str(f.type)) for f in pq.read_schema(f).field("after").type) for f in files}
+        assert len(versions) == 3  # one window, three table versions, each written as it was
+    else:  # a lake table has one schema: the merge of every version, its files conformed where types changed
+        from airflow_provider_cdc.cdc.naming import Topic
+        from airflow_provider_cdc.cdc.sinks.formats import table_format
+
+        table = table_format(sink_format, str(scenario.sink), "t").scan_arrow(Topic.for_table("t", "public", "items"))
+        after = table.schema.field("after").type
+        assert {f.name for f in after} == {"id", "name", "qty", "legacy", "price", "label"}
+        assert str(after.field("qty").type) == "string"
     assert dataset.events == 5 + 10 + 1
     merged = read_topic_arrow(str(scenario.sink), "t", "t.public.items").schema.field("after").type
     assert {f.name for f in merged} == {"id", "name", "qty", "legacy", "price", "label"}
@@ -208,7 +226,7 @@ def test_schema_changes_between_and_inside_windows(db, spark, tmp_path):
     scenario.assert_state_matches_source("public.items", ["id"], columns=["id", "label", "qty", "price"])
 
 
-def test_column_filters_and_masks_apply_to_snapshot_and_stream(db, spark, tmp_path):
+def test_column_filters_and_masks_apply_to_snapshot_and_stream(db, spark, tmp_path, sink_format):
     db.execute("CREATE TABLE people (id int PRIMARY KEY, email varchar(40), ssn text, note text, secret text)")
     db.execute("INSERT INTO people VALUES (1, 'a@example.com', '123-45-6789', 'long note text', 's1')")
     rules = ColumnRules.from_options(
@@ -219,7 +237,9 @@ def test_column_filters_and_masks_apply_to_snapshot_and_stream(db, spark, tmp_pa
             "column.truncate.to.4.chars": "public.people.note",
         },
     )
-    scenario = Scenario(db, ["public.people"], tmp_path, spark=spark, settings=EventSettings(columns=rules))
+    scenario = Scenario(
+        db, ["public.people"], tmp_path, spark=spark, settings=EventSettings(columns=rules), sink_format=sink_format
+    )
     scenario.snapshot()
     db.execute("INSERT INTO people VALUES (2, 'b@example.com', '987-65-4321', 'another note', 's2')")
     scenario.window()
@@ -233,17 +253,19 @@ def test_column_filters_and_masks_apply_to_snapshot_and_stream(db, spark, tmp_pa
         assert after["email"] == hashlib.sha256(("pepper" + plain).encode()).hexdigest()[:40]
 
 
-def test_column_text_list_captures_values_the_mapped_type_cannot_hold(db, spark, tmp_path):
+def test_column_text_list_captures_values_the_mapped_type_cannot_hold(db, spark, tmp_path, sink_format):
     from airflow_provider_cdc.cdc.sources.postgres.types import ValueConversionError
 
     db.execute("CREATE TABLE odd (id int PRIMARY KEY, price numeric(10,2), grid int[])")
     db.execute("INSERT INTO odd VALUES (1, 'NaN', '{{1,2},{3,4}}')")
-    failing = Scenario(db, ["public.odd"], tmp_path / "a", spark=spark)
+    failing = Scenario(db, ["public.odd"], tmp_path / "a", spark=spark, sink_format=sink_format)
     with pytest.raises(ValueConversionError, match="column_text_list"):
         failing.snapshot()
     rules = ColumnRules.from_options(as_text=["public\\.odd\\.(price|grid)"])
     db.execute(f"SELECT pg_drop_replication_slot('{db.slot}')")
-    scenario = Scenario(db, ["public.odd"], tmp_path / "b", spark=spark, settings=EventSettings(columns=rules))
+    scenario = Scenario(
+        db, ["public.odd"], tmp_path / "b", spark=spark, settings=EventSettings(columns=rules), sink_format=sink_format
+    )
     scenario.snapshot()
     db.execute("INSERT INTO odd VALUES (2, 1.5, '{{5}}')")
     scenario.window()

@@ -100,7 +100,7 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
             window.to_lsn - window.from_lsn,
         )
         incremental = incremental_run(spec, tables, baseline)
-        sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+        sink = ParquetSink.for_spec(spec, spark_provider)
         writer = sink.open_window(window, [*topics_of(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
         context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
@@ -198,7 +198,7 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     with connect(info) as conn:
         tables = admin.describe_tables(conn, list(spec.tables))
     encoders = {ref: TableEncoder(table, table.columns, spec.events) for ref, table in tables.items()}
-    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    sink = ParquetSink.for_spec(spec, spark_provider)
     writer = sink.open_window(spec.window, topics_of(spec, tables))
     spark = spark_provider()
     context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)

@@ -101,7 +101,7 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             positions=SqlServerChunkPositions(),
         )
         context = EventContext.of_window(spec.topic_prefix, spec.connection.database, spec.window)
-        sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+        sink = ParquetSink.for_spec(spec, spark_provider)
         writer = sink.open_window(window, [*_topics(spec), *incremental.staged_topics])
         reader = WindowReader(
             tables=tables,
@@ -217,7 +217,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
         sum(len(p) for p in plans.values()),
     )
     faults.point("snapshot.exported")
-    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    sink = ParquetSink.for_spec(spec, spark_provider)
     writer = sink.open_window(spec.window, _topics(spec))
     context = EventContext.of_window(spec.topic_prefix, spec.connection.database, spec.window)
     rows: dict[str, int] = {}

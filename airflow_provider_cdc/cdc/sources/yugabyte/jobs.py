@@ -101,7 +101,7 @@ def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> Commi
         }
         conn.execute("COMMIT")
     encoders = {ref: TableEncoder(table, table.columns, spec.events) for ref, table in tables.items()}
-    sink = ParquetSink(spec.sink_path, spec.topic_prefix, spark_provider)
+    sink = ParquetSink.for_spec(spec, spark_provider)
     writer = sink.open_window(spec.window, topics_of(spec, tables))
     context = EventContext.of_window(spec.topic_prefix, info.dbname, spec.window)
     log.info(
