@@ -1,0 +1,259 @@
+"""RpcConnection against a tiny in-test server on loopback that speaks YB's framing.
+
+The server reads the "YB\\x01" header and request frames with the same decoder a YB server's
+parser follows (binary_call_parser.cc), and answers with frames as yb_rpc.cc writes them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors, framing, methods
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection, TlsOptions
+
+#: A handler answers one request with the bytes to send back, in pieces (a None piece closes the
+#: connection there); returning None sends nothing.
+Handler = Callable[[framing.Request], "list[bytes | None] | None"]
+
+
+class TinyServer:
+    """Accepts connections one after another and answers each request through ``handler``."""
+
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
+        self.handler = handler
+        self.tls = tls
+        self.requests: list[framing.Request] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(5)
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._stop.is_set():
+                conn.close()
+                return
+            with conn:
+                try:
+                    if self.tls is not None:
+                        conn = self.tls.wrap_socket(conn, server_side=True)
+                    self._session(conn)
+                except (OSError, ssl.SSLError):
+                    continue
+
+    def _session(self, conn: socket.socket) -> None:
+        decoder = framing.FrameDecoder(expect_connection_header=True)
+        conn.settimeout(5)
+        while not self._stop.is_set():
+            data = conn.recv(65536)
+            if not data:
+                return
+            for payload in decoder.feed(data):
+                request = framing.parse_request(payload)
+                self.requests.append(request)
+                pieces = self.handler(request)
+                if pieces is None:
+                    continue
+                for piece in pieces:
+                    if piece is None:
+                        return  # the caller's `with conn` closes it, mid-frame if so arranged
+                    conn.sendall(piece)
+                    time.sleep(0.01)  # separate TCP segments: the client must reassemble
+
+    def close(self) -> None:
+        self._stop.set()
+        try:  # wake the accept() the server thread may be blocked in
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            pass
+        self._listener.close()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., TinyServer]]:
+    servers: list[TinyServer] = []
+
+    def start(handler: Handler, tls: ssl.SSLContext | None = None) -> TinyServer:
+        servers.append(TinyServer(handler, tls))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def changes_response() -> pb.GetChangesResponsePB:
+    response = pb.GetChangesResponsePB(record_type=pb.CHANGE, record_format=pb.PROTO, safe_hybrid_time=7_000)
+    for op in (pb.RowMessage.BEGIN, pb.RowMessage.INSERT, pb.RowMessage.COMMIT):
+        record = response.cdc_sdk_proto_records.add()
+        record.row_message.op = op
+        record.row_message.transaction_id = b"t" * 16
+        record.row_message.commit_time = 6_999
+        record.cdc_sdk_op_id.term, record.cdc_sdk_op_id.index = 1, 5
+    insert = response.cdc_sdk_proto_records[1].row_message
+    insert.table, insert.pgschema_name = "orders", "public"
+    insert.new_tuple.add(column_name="id", column_type=20, datum_int64=42)
+    insert.new_tuple.add(column_name="note", column_type=25, datum_string="hello")
+    response.cdc_sdk_checkpoint.term, response.cdc_sdk_checkpoint.index = 1, 5
+    return response
+
+
+def split_in_three(frame: bytes) -> list[bytes]:
+    return [frame[:3], frame[3:11], frame[11:]]
+
+
+def test_get_changes_then_an_error_response_then_more(serve):
+    def handler(request: framing.Request) -> list[bytes]:
+        if request.method == "GetChanges":
+            frame = framing.encode_response(request.call_id, changes_response())
+            return [framing.HEARTBEAT, *split_in_three(frame)]
+        return [framing.encode_error_response(request.call_id, pb.ErrorStatusPB.ERROR_SERVER_TOO_BUSY, "busy")]
+
+    server = serve(handler)
+    request = pb.GetChangesRequestPB(db_stream_id=b"d540f5e4890c4d3b812933cbfd703ed3", tablet_id=b"tablet-1")
+    request.from_cdc_sdk_checkpoint.term, request.from_cdc_sdk_checkpoint.index = 1, 4
+    with RpcConnection("127.0.0.1", server.port, connect_timeout=5) as connection:
+        response = connection.invoke(methods.GET_CHANGES, request, timeout=5)
+        assert [r.row_message.op for r in response.cdc_sdk_proto_records] == [
+            pb.RowMessage.BEGIN,
+            pb.RowMessage.INSERT,
+            pb.RowMessage.COMMIT,
+        ]
+        assert response.cdc_sdk_proto_records[1].row_message.new_tuple[1].datum_string == "hello"
+        assert (response.cdc_sdk_checkpoint.term, response.cdc_sdk_checkpoint.index) == (1, 5)
+
+        with pytest.raises(errors.ServerTooBusy, match="busy") as caught:
+            connection.call(
+                "yb.cdc.CDCService", "GetCheckpoint", pb.GetCheckpointRequestPB(), pb.GetCheckpointResponsePB
+            )
+        assert caught.value.retriable
+        assert connection.connected  # an RPC-level error leaves the stream intact
+
+        again = connection.invoke(methods.GET_CHANGES, request, timeout=5)
+        assert len(again.cdc_sdk_proto_records) == 3
+
+    first, second, third = server.requests
+    assert [r.call_id for r in server.requests] == [0, 1, 2]  # increasing, from 0 (TabletClient.java)
+    assert (first.service, first.method) == ("yb.cdc.CDCService", "GetChanges")
+    assert first.timeout_ms == 5000
+    sent = pb.GetChangesRequestPB.FromString(first.body)
+    assert sent.tablet_id == b"tablet-1" and sent.from_cdc_sdk_checkpoint.index == 4
+    assert (second.method, third.method) == ("GetCheckpoint", "GetChanges")
+
+
+def test_a_service_error_comes_back_in_the_response(serve):
+    def handler(request: framing.Request) -> list[bytes]:
+        body = pb.GetChangesResponsePB()
+        body.error.code = pb.CDCErrorPB.TABLET_SPLIT
+        body.error.status.code = pb.AppStatusPB.TABLET_SPLIT
+        body.error.status.message = "Tablet Split detected on tablet-1"
+        return [framing.encode_response(request.call_id, body)]
+
+    server = serve(handler)
+    with RpcConnection("127.0.0.1", server.port) as connection:
+        response = connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(tablet_id=b"tablet-1"), timeout=5)
+    with pytest.raises(errors.TabletSplit, match="Tablet Split detected"):
+        errors.raise_for_service_error(response)
+
+
+def test_no_answer_is_a_timeout_and_the_connection_is_dropped(serve):
+    server = serve(lambda request: None)
+    connection = RpcConnection("127.0.0.1", server.port)
+    started = time.monotonic()
+    with pytest.raises(errors.RpcTimeout, match=r"no response in 0\.3s"):
+        connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(), timeout=0.3)
+    assert time.monotonic() - started < 3
+    assert not connection.connected
+    assert server.requests[0].timeout_ms == 300
+
+
+def test_a_connection_cut_inside_a_frame_is_a_truncated_frame(serve):
+    def handler(request: framing.Request) -> list[bytes | None]:
+        return [framing.encode_response(request.call_id, changes_response())[:20], None]
+
+    server = serve(handler)
+    connection = RpcConnection("127.0.0.1", server.port)
+    with pytest.raises(errors.TruncatedFrame, match="inside a frame"):
+        connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(), timeout=5)
+    assert not connection.connected
+
+
+def test_a_server_that_hangs_up_is_a_connection_error_worth_a_retry(serve):
+    server = serve(lambda request: [None])  # close between frames, without answering
+    connection = RpcConnection("127.0.0.1", server.port)
+    with pytest.raises(errors.RpcConnectionError, match="closed the connection") as caught:
+        connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(), timeout=5)
+    assert caught.value.retriable and caught.value.rediscover
+    assert not connection.connected
+
+
+def test_nothing_listening_is_a_connection_error():
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    with pytest.raises(errors.RpcConnectionError, match="cannot connect"):
+        RpcConnection("127.0.0.1", port, connect_timeout=1).connect()
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "node.crt", tmp_path / "node.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_tls_wraps_the_connection_header_and_the_frames(serve, tmp_path):
+    cert, key = self_signed(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+
+    server = serve(
+        lambda request: [framing.encode_response(request.call_id, pb.GetCheckpointResponsePB())], server_context
+    )
+    tls = TlsOptions(ca_file=str(cert), server_hostname="localhost")
+    with RpcConnection("127.0.0.1", server.port, tls=tls) as connection:
+        response = connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(tablet_id=b"t"), timeout=5)
+    assert not response.HasField("error")
+    assert server.requests[0].method == "GetCheckpoint"
+
+    untrusted = RpcConnection("127.0.0.1", server.port, tls=TlsOptions(server_hostname="localhost"))
+    with pytest.raises(errors.RpcConnectionError, match="cannot open an RPC session"):
+        untrusted.connect()
