@@ -187,10 +187,11 @@ class DeltaTables:
         # file_uris() percent-encodes local paths ('a b' → 'a%20b').
         return [] if table is None else [unquote(u) for u in table.file_uris()]
 
-    def maintain(self, topic: Topic, *, compact: bool = True, vacuum_retention_hours: int | None = None) -> dict:
-        """Compact small files and/or delete files unreferenced for ``vacuum_retention_hours`` (time
+    def maintain(self, topic: Topic, *, compact: bool = True, retain_hours: float | None = None) -> dict:
+        """Compact small files and/or vacuum: delete files unreferenced for ``retain_hours`` (time
         travel to versions older than that stops working). A retried window whose earlier attempt
         was compacted still replaces it: its rows are filtered out of the compacted files."""
+        vacuum_retention_hours = None if retain_hours is None else max(0, round(retain_hours))
         table = _load(self.table_uri(topic))
         result: dict[str, Any] = {}
         if table is None:

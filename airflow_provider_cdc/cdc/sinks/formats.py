@@ -192,6 +192,10 @@ class TableFormat(Protocol):
     def data_files(self, topic: Topic) -> list[str]:
         """The Parquet files of the table's current version (Spark reads them directly)."""
 
+    def maintain(self, topic: Topic, *, compact: bool = True, retain_hours: float | None = None) -> dict[str, Any]:
+        """Table maintenance: compact small files; with ``retain_hours``, expire history older than
+        that (Iceberg snapshots, Delta vacuum) and delete the files only it referenced."""
+
     def holds_window(self, topic: Topic, window_seq: int) -> bool:
         """Does the table's current version hold rows of window ``window_seq``? (For when the
         window's tagged commit left the history: snapshot expiry, log cleanup.)"""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -253,10 +254,11 @@ class IcebergTables:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    def maintain(self, topic: Topic, *, expire_older_than_ms: int | None, compact: bool) -> dict[str, int]:
+    def maintain(self, topic: Topic, *, compact: bool = True, retain_hours: float | None = None) -> dict[str, int]:
         """Compact small files (each partition's files under 128 MiB merged into files of up to
-        that size), then expire snapshots older than ``expire_older_than_ms`` (epoch ms; branch
-        heads are kept) and delete the files only expired snapshots referenced."""
+        that size), then expire snapshots older than ``retain_hours`` (branch heads are kept) and
+        delete the files only expired snapshots referenced."""
+        expire_older_than_ms = None if retain_hours is None else int((time.time() - retain_hours * 3600) * 1000)
         done = {"files_compacted": 0, "files_written": 0, "snapshots_expired": 0, "files_deleted": 0}
         table = self.load(topic)
         if table is None:

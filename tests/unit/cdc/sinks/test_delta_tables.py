@@ -307,7 +307,7 @@ def test_history_after_checkpoint_and_log_cleanup(tmp_path, tables):
 def test_maintain_compacts_and_vacuums_and_a_retry_after_compaction_still_replaces(tmp_path, tables):
     for seq in (1, 2, 3):
         land(tables, tmp_path, seq, "a", events(seq, [seq, seq + 10]))
-    result = tables.maintain(TOPIC, compact=True, vacuum_retention_hours=0)
+    result = tables.maintain(TOPIC, compact=True, retain_hours=0)
     assert result["compact"]["numFilesRemoved"] == 3 and result["compact"]["numFilesAdded"] == 1
     assert len(result["vacuumed"]) == 3  # the compacted originals
     assert len(tables.data_files(TOPIC)) == 1
@@ -324,7 +324,7 @@ def test_maintain_compacts_and_vacuums_and_a_retry_after_compaction_still_replac
         "0000000003": [99],
     }
     assert duck_ids(tables.data_files(TOPIC)) == [1, 2, 11, 12, 99]
-    assert tables.maintain(Topic.for_table(PREFIX, "public", "absent"), compact=True, vacuum_retention_hours=0) == {}
+    assert tables.maintain(Topic.for_table(PREFIX, "public", "absent"), compact=True, retain_hours=0) == {}
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -304,7 +304,7 @@ def test_maintain_compacts_expires_and_deletes_unreachable_files(tables, tmp_pat
     old_attempt = tmp_path / ORDERS.directory / "window=0000000004/attempt=a/part-00001.parquet"
     assert old_attempt.exists()
 
-    done = tables.maintain(ORDERS, expire_older_than_ms=None, compact=True)
+    done = tables.maintain(ORDERS, compact=True)
     assert done["files_compacted"] == 7 and done["files_written"] == 1
     assert rows(tables) == before and len(tables.data_files(ORDERS)) == 1
     assert tables.holds_window(ORDERS, 3) and not tables.holds_window(ORDERS, 5)
@@ -315,7 +315,7 @@ def test_maintain_compacts_expires_and_deletes_unreachable_files(tables, tmp_pat
     assert rows(tables) == after_retry
     assert tables.window_commits(ORDERS)[2].attempt == "c"
 
-    done = tables.maintain(ORDERS, expire_older_than_ms=int(time.time() * 1000) + 1000, compact=False)
+    done = tables.maintain(ORDERS, retain_hours=-1 / 3600, compact=False)
     table = tables.load(ORDERS)
     assert done["snapshots_expired"] == 6  # windows 1-4, retry 4b, compaction (retry 2c is current)
     assert len(table.snapshots()) == 1 and done["files_deleted"] >= 10
