@@ -72,3 +72,10 @@ def test_idle_run_benchmark():
     out = run("idle_run.py", "--runs", "1", "--neighbour-rows", "2000")
     assert "idle runs: no JVM, slot acknowledged every time" in out, out
     assert re.search(r"window task / limit: \d+x", out), out
+
+
+def test_lake_write_benchmark():
+    out = run("lake_write.py", "--changes", "2000", "--repeat", "1", "--windows", "2", "--chunk", "500")
+    ratio(out, "ratio iceberg/parquet")
+    ratio(out, "ratio delta/parquet")
+    assert "window(s) into delta" in out, out
