@@ -125,6 +125,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_cdc.operators.postgres_cdc",
                     "airflow_provider_cdc.operators.slot_maintenance",
                     "airflow_provider_cdc.operators.query_extract",
+                    "airflow_provider_cdc.operators.table_maintenance",
                 ],
             },
             {
