@@ -11,15 +11,30 @@ from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX
+from tests.conftest import _database_fixture as database_fixture
 from tests.support.scenario import Scenario
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(params=["parquet", "iceberg", "delta"])
+# Every scenario lands in each sink format (the events and the state must not depend on it); the
+# formats do not depend on the server version, so they run on PostgreSQL 15 only.
+RUNS = [("pg15", "parquet"), ("pg18", "parquet"), ("pg15", "iceberg"), ("pg15", "delta")]
+
+
+@pytest.fixture(params=RUNS, ids=[f"{flavour}-{sink_format}" for flavour, sink_format in RUNS])
+def run(request, clusters):
+    yield from database_fixture(request, clusters[request.param[0]])
+
+
+@pytest.fixture
+def db(run):
+    return run
+
+
+@pytest.fixture
 def sink_format(request) -> str:
-    """Every scenario lands in each sink format: the events and the state must not depend on it."""
-    return request.param
+    return request.node.callspec.params["run"][1]
 
 
 PLACEHOLDER = "__debezium_unavailable_value"
