@@ -51,7 +51,7 @@ class CommitEntry:
     datasets: tuple[DatasetCommit, ...]
     transactions: int
     last_commit_lsn: int | None
-    last_tx_id: int | None
+    last_tx_id: int | str | None  # YugabyteDB's CDC service: UUID strings
     last_commit_ts_us: int | None
     committed_at_ms: int
     stats: dict[str, Any] = field(default_factory=dict)

@@ -121,3 +121,9 @@ __all__ = [
     "ht_to_unix_us",
     "yb_lsn_or_none",
 ]
+
+
+def window_bound_after(position: int) -> YbLsn:
+    """The window bound just after ``position`` (a commit LSN or an end hybrid time): windows are
+    ``[from, to)`` over commit LSNs, and YB's commit LSNs are the positions themselves."""
+    return YbLsn(int(position) + 1)

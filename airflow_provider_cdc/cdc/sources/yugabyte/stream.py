@@ -42,15 +42,9 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, Log
 from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
 from airflow_provider_cdc.cdc.sources.postgres.stream import _ROW_KINDS, StreamStats, WindowCollector
-from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, window_bound_after  # noqa: F401 (re-exported)
 
 _UPDATE, _KEY, _OLD, _NEW = 0x55, 0x4B, 0x4F, 0x4E
-
-
-def window_bound_after(position: int) -> YbLsn:
-    """The window bound just after ``position`` (a commit LSN or an end hybrid time): windows are
-    ``[from, to)`` over commit LSNs, and YB's commit LSNs are the positions themselves."""
-    return YbLsn(int(position) + 1)
 
 
 def strip_unavailable_old_tuple(payload: bytes) -> bytes:

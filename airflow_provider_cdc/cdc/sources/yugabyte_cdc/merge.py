@@ -1,0 +1,469 @@
+"""A window's transactions in commit order, merged from the record streams of several tablets.
+
+Input: per tablet, its pages (:mod:`.pages`) from its stored position, and the window
+``[from_ht, to_ht)`` on commit hybrid times, fixed at run start (``end_ht = to_ht - 1``). Output:
+:class:`TxBegin`, :class:`Change` … :class:`TxEnd` items, one group per transaction, and
+afterwards each tablet's end position (:attr:`WindowMerge.end_positions`).
+
+**Transactions.** On each tablet a transaction is a fragment ``BEGIN … COMMIT`` (YB writes both
+markers for multi- and single-shard transactions, ``cdc_populate_end_markers_transactions``). A
+multi-shard transaction has a fragment on every tablet it wrote, with the same transaction id and
+commit time; those fragments are merged into one transaction. Its identity, and the order of
+transactions, is :class:`TxKey` ``(commit_time, kind, id)``: equal commit times are ordered as YB
+orders them on one tablet (``SortConsistentWALRecords``): single-shard writes first (by tablet id,
+then WAL op id), then multi-shard transactions by transaction id. Because that is each tablet's own
+order, a plain k-way merge on the key yields every transaction once, in order, with all its parts.
+
+**Numbering.** A transaction's changes are numbered (``total_order``, and per data collection
+``data_collection_order``) from 1, part by part in tablet-id order, each part in its tablet's
+record order: deterministic, so a retried window numbers its events identically.
+
+**Watermark.** A transaction can be emitted once no tablet can still send one ordered before it.
+A tablet is past a key when it has a later head (its next transaction's key), when it has ended,
+or when its safe time (the pages' ``safe_hybrid_time`` / ``SAFEPOINT`` records: everything
+committed at or before it has been sent) is at or past the key's commit time. The merge reads a
+tablet only as far as needed for that.
+
+**Memory.** Nothing is buffered per transaction: the head of each tablet is just its next ``BEGIN``
+(for a single-shard transaction also the records up to its first WAL op id), and a transaction's
+parts are streamed tablet after tablet from their pages. What is held is one page per tablet
+(``cdc_stream_records_threshold_size_bytes``, 4 MB by default) while its transaction is merged.
+
+**Window end.** A tablet ends when it reaches a ``BEGIN`` (or a schema change) committed at or
+after ``to_ht`` (the **cut**: that transaction belongs to the next window), or a page boundary with
+its safe time at or past ``end_ht`` and no transaction open. Its end position is where the next
+window starts, before the cut:
+
+- cut in page ``P``: ``(P``'s request checkpoint``, end_ht, 0)``. YB sends again what follows that
+  checkpoint except what is committed at or before the safe time (``GetCommitTimeThreshold``),
+  so the next window starts exactly with the cut transaction;
+- no cut: the last page's response position (checkpoint, safe time, WAL segment index).
+
+**Sent again.** Records committed before ``from_ht`` (the tail of a transaction a previous window
+took, re-sent from a mid-transaction checkpoint) and fragments a tablet sends twice (a response
+checkpoint can lag what it sent) are skipped. Op ids cannot tell them: YB's sorting makes WAL op ids
+non-monotonic within a stream, and a single-shard ``COMMIT`` has write id 0 while its rows count
+up, so they are recognised by commit time and :class:`TxKey`, as the logical-replication source
+recognises a re-sent transaction by its commit LSN.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletPosition
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+
+Op = pb.RowMessage
+ROW_OPS = frozenset((Op.INSERT, Op.UPDATE, Op.DELETE))
+SINGLE_SHARD, MULTI_SHARD = 0, 1
+
+
+@dataclass(frozen=True, order=True)
+class TxKey:
+    """A transaction's identity and place in commit order: ``(commit_time, kind, ident)`` with
+    ``ident`` = ``(transaction id,)`` (multi-shard) or ``(tablet id, term, index)`` of its WAL
+    write (single-shard: YB gives those no transaction id)."""
+
+    commit_time: int
+    kind: int
+    ident: tuple[str | int, ...]
+
+    @property
+    def txid(self) -> str:
+        """YB's transaction id (``source.txId``); empty for a single-shard write, as Debezium's."""
+        return str(self.ident[0]) if self.kind == MULTI_SHARD else ""
+
+    @property
+    def id(self) -> str:
+        """A unique transaction id for the transaction side table: ``<txid>:<commit ht>``, or
+        ``<tablet>.<term>.<index>:<commit ht>`` for a single-shard write."""
+        base = self.txid if self.kind == MULTI_SHARD else ".".join(str(p) for p in self.ident)
+        return f"{base}:{self.commit_time}"
+
+
+@dataclass(frozen=True)
+class TxBegin:
+    key: TxKey
+    tablets: tuple[str, ...]  # the tablets with a part of it, in the order their changes follow
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row change of a transaction, numbered across its tablets."""
+
+    key: TxKey
+    tablet_id: str
+    record: pb.CDCSDKProtoRecordPB
+    schema: pb.RowMessage | None  # the table's DDL record last seen on this tablet (None: none yet)
+    data_collection: str
+    total_order: int
+    data_collection_order: int
+
+
+@dataclass(frozen=True)
+class TxEnd:
+    key: TxKey
+    tablets: tuple[str, ...]
+    event_count: int
+    counts: Mapping[str, int]  # data collection → events
+
+
+Item = TxBegin | Change | TxEnd
+
+#: ``data_collection(row)``: the change's data collection, or None for a table not captured.
+DataCollection = Callable[[pb.RowMessage], str | None]
+
+
+def schema_table(row: pb.RowMessage) -> str:
+    """The default data collection: ``<schema>.<table>`` as the record names them."""
+    return f"{row.pgschema_name}.{row.table}"
+
+
+@dataclass
+class MergeStats:
+    transactions: int = 0
+    changes: int = 0
+    filtered_changes: int = 0  # changes of tables not captured (not numbered)
+    earlier_skipped: int = 0  # records committed before the window, sent again
+    resent_skipped: int = 0  # transaction parts a tablet sent twice within the window
+    last_key: TxKey | None = None
+
+
+class _TabletReader:
+    """One tablet's records, consumed fragment by fragment (see the module docstring)."""
+
+    def __init__(
+        self,
+        tablet_id: str,
+        pages: Iterable[Page],
+        start: TabletPosition,
+        *,
+        from_ht: int,
+        to_ht: int,
+        stats: MergeStats,
+    ):
+        self.tablet_id = tablet_id
+        self._pages = iter(pages)
+        self._page: Page | None = None
+        self._last_page: Page | None = None
+        self._i = 0
+        self._pending: deque[pb.CDCSDKProtoRecordPB] = deque()  # looked ahead, not yet consumed
+        self._from, self._to, self._end_ht = from_ht, to_ht, to_ht - 1
+        self._start_safe = start.safe_hybrid_time
+        self._stats = stats
+        self.watermark = max(from_ht - 1, start.safe_hybrid_time)
+        self.head: TxKey | None = None
+        self.end: TabletPosition | None = None
+        self.schemas: dict[str, pb.RowMessage] = {}
+        self._last: TxKey | None = None
+        self._seen: set[TxKey] = set()  # keys consumed and still above the watermark
+        self._seen_order: deque[TxKey] = deque()
+        if self.watermark >= self._end_ht:  # an empty window, or a tablet already past its end
+            self._finish(start)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _take(self) -> pb.CDCSDKProtoRecordPB | None:
+        """The next record, or None at the end of a page (whose safe time then applies)."""
+        if self._pending:
+            return self._pending.popleft()
+        page = self._page
+        if page is None:
+            page = next(self._pages, None)
+            if page is None:
+                where = f"inside transaction {self.head}" if self.head is not None else "before the window end"
+                raise DecodingError(
+                    f"tablet {self.tablet_id}: its changes ended {where} (safe time {self.watermark}, "
+                    f"window end {self._end_ht})"
+                )
+            self._page, self._i = page, 0
+        if self._i < len(page.records):
+            self._i += 1
+            return page.records[self._i - 1]
+        self._page, self._last_page = None, page
+        self._raise_watermark(page.safe_hybrid_time)
+        return None
+
+    def _raise_watermark(self, safe: int) -> None:
+        if safe > self.watermark:
+            self.watermark = safe
+            while self._seen_order and self._seen_order[0].commit_time <= safe:
+                self._seen.discard(self._seen_order.popleft())
+
+    def _finish(self, position: TabletPosition) -> None:
+        self.end = position
+        close = getattr(self._pages, "close", None)
+        if close is not None:
+            close()  # stop a lazy poller: the next window reads the rest
+
+    def _cut(self) -> None:
+        """End before the record just taken (it belongs to the next window)."""
+        assert self._page is not None
+        self._finish(TabletPosition(self._page.request.checkpoint, self._end_ht, 0))
+
+    def _schema(self, row: pb.RowMessage) -> None:
+        self.schemas[_table_key(row)] = row
+
+    # -- between transactions ----------------------------------------------------------------
+
+    def advance(self, bound: int | None) -> None:
+        """Read until the next transaction's ``BEGIN`` (:attr:`head`), the tablet's end, or its
+        safe time reaching ``bound`` (None: moving at all, so that tablets are read in turn)."""
+        mark = self.watermark
+        while self.head is None and self.end is None:
+            reached = self.watermark >= bound if bound is not None else self.watermark > mark
+            if reached:
+                return
+            record = self._take()
+            if record is None:
+                if self.watermark >= self._end_ht:
+                    assert self._last_page is not None
+                    self._finish(self._last_page.next_position)
+                continue
+            row = record.row_message
+            if row.op == Op.BEGIN:
+                self._begin(record)
+            elif row.op == Op.SAFEPOINT:
+                self._raise_watermark(row.commit_time)
+            elif row.op == Op.DDL:
+                if row.commit_time >= self._to:
+                    self._cut()
+                else:
+                    self._schema(row)
+            elif row.op in ROW_OPS or row.op == Op.COMMIT:
+                self._outside(row)
+            else:
+                raise DecodingError(f"tablet {self.tablet_id}: unexpected {_op_name(row)} record in a stream window")
+
+    def _outside(self, row: pb.RowMessage) -> None:
+        """A change or COMMIT with no BEGIN: the tail of a transaction sent before (YB resumes a
+        transaction split over responses from its checkpoint, without a new BEGIN)."""
+        txid = row.transaction_id.decode("ascii", "replace")
+        if row.commit_time < self._from or row.commit_time <= self._start_safe:
+            self._stats.earlier_skipped += 1
+        elif txid and TxKey(row.commit_time, MULTI_SHARD, (txid,)) in self._seen:
+            self._stats.resent_skipped += 1
+        else:
+            raise DecodingError(
+                f"tablet {self.tablet_id}: {_op_name(row)} record committed at {row.commit_time} outside a transaction"
+            )
+
+    def _begin(self, record: pb.CDCSDKProtoRecordPB) -> None:
+        row = record.row_message
+        commit = row.commit_time
+        if not commit:
+            raise DecodingError(f"tablet {self.tablet_id}: BEGIN without a commit time")
+        if commit >= self._to:
+            self._cut()
+            return
+        txid = row.transaction_id.decode("ascii", "replace")
+        if txid:
+            key = TxKey(commit, MULTI_SHARD, (txid,))
+        else:
+            term, index = self._first_op_id()
+            key = TxKey(commit, SINGLE_SHARD, (self.tablet_id, term, index))
+        if self._sent_before(key):
+            self._skip(key)
+        else:
+            self.head = key
+
+    def _first_op_id(self) -> tuple[int, int]:
+        """The WAL op id of a single-shard write: its first record that has one (looked ahead)."""
+        looked: list[pb.CDCSDKProtoRecordPB] = []
+        while True:
+            record = self._take()
+            if record is None:
+                continue  # YB never splits one write over responses; tolerated all the same
+            looked.append(record)
+            if record.HasField("cdc_sdk_op_id") and record.row_message.op != Op.DDL:
+                self._pending.extendleft(reversed(looked))
+                return record.cdc_sdk_op_id.term, record.cdc_sdk_op_id.index
+            if record.row_message.op not in (Op.DDL, *ROW_OPS):
+                raise DecodingError(
+                    f"tablet {self.tablet_id}: {_op_name(record.row_message)} in a single-shard write before its op id"
+                )
+
+    def _sent_before(self, key: TxKey) -> bool:
+        if key.commit_time < self._from or key.commit_time <= self._start_safe:
+            self._stats.earlier_skipped += 1
+            return True
+        if self._last is not None and key <= self._last:
+            if key in self._seen:
+                self._stats.resent_skipped += 1
+                return True
+            raise DecodingError(
+                f"tablet {self.tablet_id}: transaction {key.id} arrived after {self._last.id}, out of commit order"
+            )
+        if key.commit_time <= self.watermark:
+            raise DecodingError(
+                f"tablet {self.tablet_id}: transaction {key.id} arrived after the tablet's safe time "
+                f"{self.watermark} had passed its commit time"
+            )
+        return False
+
+    # -- one transaction ---------------------------------------------------------------------
+
+    def part(self) -> Iterator[tuple[pb.CDCSDKProtoRecordPB, pb.RowMessage | None]]:
+        """The head transaction's changes on this tablet, each with its table's schema record."""
+        key = self.head
+        assert key is not None
+        for record in self._fragment(key):
+            row = record.row_message
+            yield record, self.schemas.get(_table_key(row))
+        self._last = key
+        self._seen.add(key)
+        self._seen_order.append(key)
+        self.head = None
+
+    def _skip(self, key: TxKey) -> None:
+        for _ in self._fragment(key):
+            pass
+
+    def _fragment(self, key: TxKey) -> Iterator[pb.CDCSDKProtoRecordPB]:
+        """The change records of the transaction ``key`` up to its COMMIT (schema records inside
+        it applied, page boundaries crossed)."""
+        while True:
+            record = self._take()
+            if record is None:
+                continue
+            row = record.row_message
+            if row.op in ROW_OPS:
+                self._check_member(key, row)
+                yield record
+            elif row.op == Op.DDL:
+                self._schema(row)
+            elif row.op == Op.COMMIT:
+                self._check_member(key, row)
+                return
+            else:
+                raise DecodingError(f"tablet {self.tablet_id}: {_op_name(row)} record inside transaction {key.id}")
+
+    def _check_member(self, key: TxKey, row: pb.RowMessage) -> None:
+        if row.commit_time != key.commit_time or (
+            key.kind == MULTI_SHARD and row.transaction_id and row.transaction_id.decode("ascii", "replace") != key.txid
+        ):
+            raise DecodingError(
+                f"tablet {self.tablet_id}: {_op_name(row)} of transaction {row.transaction_id!r} committed at "
+                f"{row.commit_time} inside transaction {key.id}"
+            )
+
+
+def _table_key(row: pb.RowMessage) -> str:
+    return row.table_id or row.table
+
+
+def _op_name(row: pb.RowMessage) -> str:
+    try:
+        return Op.Op.Name(row.op)
+    except ValueError:
+        return f"op {row.op}"
+
+
+class WindowMerge:
+    """The transactions of one window across tablets; iterate once, then read :attr:`end_positions`.
+
+    ``tablets``: tablet id → its pages (lazy: read only as far as needed); ``start``: tablet id →
+    the position those pages start from (a tablet whose safe time is already past the window end
+    is not read). ``data_collection`` names each change's data collection, or None for a table
+    that is not captured (its changes are dropped and not numbered; the default keeps all)."""
+
+    def __init__(
+        self,
+        *,
+        from_ht: int,
+        to_ht: int,
+        tablets: Mapping[str, Iterable[Page]],
+        start: Mapping[str, TabletPosition],
+        data_collection: DataCollection = schema_table,
+    ):
+        if to_ht < from_ht:
+            raise ValueError(f"window ends ({to_ht}) before it starts ({from_ht})")
+        if set(tablets) != set(start):
+            raise ValueError(f"tablets {sorted(set(tablets) ^ set(start))} lack pages or a start position")
+        self.stats = MergeStats()
+        self._data_collection = data_collection
+        self._readers = [
+            _TabletReader(tablet, tablets[tablet], start[tablet], from_ht=from_ht, to_ht=to_ht, stats=self.stats)
+            for tablet in sorted(tablets)
+        ]
+        self._iterated = False
+
+    @property
+    def end_positions(self) -> dict[str, TabletPosition]:
+        """Each tablet's position after the window: where the next window starts."""
+        unfinished = [r.tablet_id for r in self._readers if r.end is None]
+        if unfinished:
+            raise RuntimeError(f"the window has not been read to its end (tablets {', '.join(unfinished)})")
+        return {r.tablet_id: r.end for r in self._readers if r.end is not None}
+
+    def __iter__(self) -> Iterator[Item]:
+        if self._iterated:
+            raise RuntimeError("a WindowMerge is read once")
+        self._iterated = True
+        return self._items()
+
+    def _items(self) -> Iterator[Item]:
+        stats = self.stats
+        while True:
+            key = self._settle()
+            if key is None:
+                return
+            if stats.last_key is not None and key <= stats.last_key:
+                raise DecodingError(f"transaction {key.id} merged after {stats.last_key.id}")
+            parts = [r for r in self._readers if r.head == key]
+            tablets = tuple(r.tablet_id for r in parts)
+            yield TxBegin(key, tablets)
+            total = 0
+            counts: Counter[str] = Counter()
+            for reader in parts:
+                for record, schema in reader.part():
+                    collection = self._data_collection(record.row_message)
+                    if collection is None:
+                        stats.filtered_changes += 1
+                        continue
+                    total += 1
+                    counts[collection] += 1
+                    yield Change(key, reader.tablet_id, record, schema, collection, total, counts[collection])
+            yield TxEnd(key, tablets, total, dict(counts))
+            stats.transactions += 1
+            stats.changes += total
+            stats.last_key = key
+
+    def _settle(self) -> TxKey | None:
+        """Read tablets until every one is past the smallest head; that head (None: all ended)."""
+        while True:
+            progressed = False
+            for reader in self._readers:
+                if reader.head is not None or reader.end is not None:
+                    continue
+                bound = self._bound()
+                if bound is not None and reader.watermark >= bound.commit_time:
+                    continue  # its next transaction comes after the smallest head
+                reader.advance(None if bound is None else bound.commit_time)
+                progressed = True
+            if not progressed:
+                return self._bound()
+
+    def _bound(self) -> TxKey | None:
+        heads = [r.head for r in self._readers if r.head is not None]
+        return min(heads) if heads else None
+
+
+__all__ = [
+    "MULTI_SHARD",
+    "SINGLE_SHARD",
+    "Change",
+    "DataCollection",
+    "Item",
+    "MergeStats",
+    "TxBegin",
+    "TxEnd",
+    "TxKey",
+    "WindowMerge",
+    "schema_table",
+]
