@@ -59,7 +59,8 @@ class StateResult:
     topic: str
     version: StateVersion | None
     applied_windows: tuple[str, ...]
-    action: str  # "applied", "rebuilt", "unchanged", "empty"
+    action: str  # "applied", "rebuilt", "unchanged", "empty"; lake tables: also "time_travel"
+    detail: dict | None = None  # lake tables: what the MERGE did (state_merge.MergeResult)
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +70,7 @@ class StateResult:
             "rows": self.version.rows if self.version else 0,
             "path": self.version.path if self.version else None,
             "applied_windows": list(self.applied_windows),
+            **({"merge": self.detail} if self.detail else {}),
         }
 
 
@@ -100,8 +102,12 @@ def apply_windows(
     state_path: str,
     as_of_seq: int | None = None,
     table_catalog: dict[str, str] | None = None,
+    force_rebuild: bool = False,
 ) -> StateResult:
-    """Bring the state table of ``topic`` up to ``as_of_seq`` (default: the last committed window)."""
+    """Bring the state table of ``topic`` up to ``as_of_seq`` (default: the last committed window).
+
+    ``force_rebuild``: fold ``as_of_seq``'s state from the events into a rebuilt version whatever
+    the current one is (lake-format sinks keep their current state in a table, not here)."""
     sink = storage_for(sink_path, lambda: spark)
     state = storage_for(state_path, lambda: spark)
     entries = committed = CommitLog(sink, topic_prefix).committed()
@@ -112,9 +118,9 @@ def apply_windows(
     if not entries:
         return StateResult(topic.name, None, (), "empty")
     state_log = StateLog(state, topic_prefix, topic)
-    current = state_log.current()
+    current = None if force_rebuild else state_log.current()
     target = entries[-1].window
-    rebuild = current is not None and target.seq < current.window_seq
+    rebuild = force_rebuild or (current is not None and target.seq < current.window_seq)
     if current is not None and target.seq == current.window_seq:
         return StateResult(topic.name, current, (), "unchanged")
     existing = next((v for v in state_log.versions() if v.window_seq == target.seq), None)
@@ -151,8 +157,30 @@ def apply_windows(
     return StateResult(topic.name, version, tuple(e.window_id for e in pending), "rebuilt" if rebuild else "applied")
 
 
-def read_state(spark: Any, *, state_path: str, topic_prefix: str, topic: Topic, window_seq: int | None = None) -> Any:
-    """The current state table (or the version built at ``window_seq``) as a DataFrame."""
+def read_state(
+    spark: Any,
+    *,
+    state_path: str,
+    topic_prefix: str,
+    topic: Topic,
+    window_seq: int | None = None,
+    sink_format: str = "parquet",
+    table_catalog: dict[str, str] | None = None,
+) -> Any:
+    """The current state table (or the version built at ``window_seq``) as a DataFrame; on
+    Iceberg/Delta sinks the state table of that format (at the version tagged ``window_seq``)."""
+    if sink_format != "parquet":
+        from airflow_provider_cdc.cdc.state_lake import read_state_table
+
+        return read_state_table(
+            spark,
+            state_path=state_path,
+            topic_prefix=topic_prefix,
+            topic=topic,
+            sink_format=sink_format,
+            window_seq=window_seq,
+            table_catalog=table_catalog,
+        )
     state = storage_for(state_path, lambda: spark)
     state_log = StateLog(state, topic_prefix, topic)
     versions = state_log.versions()
@@ -394,6 +422,21 @@ def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
     spark = spark_provider() if spark_provider is not None else get_or_create_session(spec.spark)
     results = []
     for name, directory in spec.topics:
+        if spec.sink_format != "parquet":
+            from airflow_provider_cdc.cdc.state_lake import apply_windows_by_merge
+
+            result = apply_windows_by_merge(
+                spark,
+                sink_path=spec.sink_path,
+                topic_prefix=spec.topic_prefix,
+                topic=Topic(name, directory),
+                state_path=spec.state_path,
+                sink_format=spec.sink_format,
+                as_of_seq=spec.as_of_seq,
+                table_catalog=dict(spec.table_catalog),
+            )
+            results.append(result.to_dict())
+            continue
         result = apply_windows(
             spark,
             sink_path=spec.sink_path,

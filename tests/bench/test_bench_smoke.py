@@ -79,3 +79,10 @@ def test_lake_write_benchmark():
     ratio(out, "ratio iceberg/parquet")
     ratio(out, "ratio delta/parquet")
     assert "window(s) into delta" in out, out
+
+
+def test_state_merge_benchmark():
+    pytest.importorskip("pyspark")
+    out = run("state_merge.py", "--rows", "5000", "20000", "--changes", "200", "--repeat", "1")
+    for label in ("full rewrite", "Delta MERGE", "Iceberg MERGE"):
+        ratio(out, f"ratio {label} 20,000/5,000")

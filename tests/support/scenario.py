@@ -10,6 +10,7 @@ from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
 from airflow_provider_cdc.cdc.state import apply_windows, read_state
+from airflow_provider_cdc.cdc.state_lake import apply_windows_by_merge
 from tests.support.databases import CaptureDatabase, snapshot_window, stream_window
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows, spark_rows
 
@@ -81,10 +82,12 @@ class Scenario:
     def state(self, table: str):
         schema, name = table.split(".")
         topic = Topic.for_table("t", schema, name)
-        apply_windows(
-            self.spark, sink_path=str(self.sink), topic_prefix="t", topic=topic, state_path=str(self.state_path)
-        )
-        return read_state(self.spark, state_path=str(self.state_path), topic_prefix="t", topic=topic)
+        where = {"topic_prefix": "t", "topic": topic, "state_path": str(self.state_path)}
+        if self.sink_format == "parquet":
+            apply_windows(self.spark, sink_path=str(self.sink), **where)
+        else:  # the lake formats' state: a table of the same format, maintained by MERGE
+            apply_windows_by_merge(self.spark, sink_path=str(self.sink), sink_format=self.sink_format, **where)
+        return read_state(self.spark, sink_format=self.sink_format, **where)
 
     def assert_state_matches_source(self, table: str, keys: list[str], columns: list[str] | None = None) -> None:
         """Current-state table (Spark engine) and the Python replay both equal the source."""

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # DAG files validate sink_format through this module: no pyar
 
     from airflow_provider_cdc.cdc.naming import Topic
 
+#: Beside a sink (or state) path: the default Iceberg catalog, a SQLite file.
+CATALOG_DIR = "_cdc_catalog"
+
 PARQUET = "parquet"
 ICEBERG = "iceberg"
 DELTA = "delta"

@@ -53,11 +53,10 @@ from pyiceberg.transforms import TruncateTransform
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.sinks.formats import ICEBERG, TableCommit, WindowTag, local_base
+from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, ICEBERG, TableCommit, WindowTag, local_base
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.window import window_id_for
 
-CATALOG_DIR = "_cdc_catalog"
 PARTITION_FIELD = "window_id_trunc"
 #: Snapshot summary key: the newest window seq the table ever held (every snapshot we make has it).
 NEWEST_KEY = "cdc.newest-window-seq"
