@@ -20,10 +20,14 @@ import random
 
 import pytest
 
+from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.state import read_state
+from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
 from tests.support import crash as harness
 from tests.support.crash import CrashCapture, prepare_shop
 from tests.support.crash_sources import PostgresCrashSource
+from tests.support.oracle import assert_same_state, spark_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -86,6 +90,44 @@ def test_stream_windows_killed_between_table_commits_lose_and_duplicate_nothing(
     workload.mutate()
     capture.catch_up()
     capture.verify()
+
+    # The current state by MERGE equals the source; as of an earlier window it is time travel.
+    state_path = str(tmp_path / "state")
+    first = _state(capture, state_path)
+    held = {r["topic"]: r["window_id"] for r in first}
+    for table, keys in KEYS.items():
+        assert_same_state(spark_rows(_read(capture, state_path, table), keys), capture.source.source_rows(table, keys))
+    earlier = {t: sorted(map(str, _read(capture, state_path, t).collect())) for t in KEYS}
+    workload.mutate()
+    capture.catch_up()
+    second = _state(capture, state_path)
+    assert {r["action"] for r in second} == {"applied"} and all(r["merge"]["action"] for r in second)
+    for table, keys in KEYS.items():
+        assert_same_state(spark_rows(_read(capture, state_path, table), keys), capture.source.source_rows(table, keys))
+    window = int(held[f"lake.{next(iter(KEYS))}"])
+    past = _state(capture, state_path, as_of_window=window)
+    assert {r["action"] for r in past} == {"time_travel"}
+    for table in KEYS:
+        assert sorted(map(str, _read(capture, state_path, table, window).collect())) == earlier[table]
+
+
+def _state(capture, state_path: str, **kwargs) -> list[dict]:
+    operator = CdcCurrentStateOperator(task_id="state", capture=capture.capture(), state_path=state_path, **kwargs)
+    return operator.execute({})
+
+
+def _read(capture, state_path: str, table: str, window: int | None = None):
+    from pyspark.sql import SparkSession
+
+    schema, name = table.split(".")
+    return read_state(
+        SparkSession.getActiveSession(),
+        state_path=state_path,
+        topic_prefix="lake",
+        topic=Topic.for_table("lake", schema, name),
+        window_seq=window,
+        sink_format=capture.overrides["sink_format"],
+    )
 
 
 def _canonical(rows: list[dict]) -> list[str]:
