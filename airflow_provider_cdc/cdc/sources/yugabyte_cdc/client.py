@@ -1,0 +1,314 @@
+"""The CDC-service source's RPC session: masters, tablet leaders, ``GetChanges`` and checkpoints.
+
+Built on :class:`~.protocol.client.RpcConnection` (one blocking connection per server, reused):
+
+- **Masters.** Only the leader master answers (the others say ``NOT_THE_LEADER``): calls go to the
+  last known leader, else to each address in turn.
+- **Stream.** ``GetCDCDBStreamInfo`` gives the stream's tables and namespace, ``GetCDCStream`` its
+  options (record type); ``GetTableLocations`` the tablets and their replicas.
+- **Tablet leaders** are cached from the locations and looked up again (``GetTabletLocations``)
+  when a call says the leader moved (the error's ``rediscover``).
+- **Retries** are bounded with exponential backoff, for what the protocol layer marks
+  ``retriable`` (leader changes, not ready, busy, connection lost); then, and for every other error,
+  the product's error classes (:func:`product_error`): the stream or a checkpoint being gone is a
+  state error, a request the server refuses a configuration error, exhausted retries
+  :class:`~cdc.errors.CdcTransientError`.
+
+TLS options and anything else from the connection's configuration never appear in reprs or in
+error messages (only host:port, stream id and tablet ids do).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    CdcError,
+    CdcStateError,
+    CdcTransientError,
+    DecodingError,
+    SlotMissingError,
+    WalLostError,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors as rpc
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection, TlsOptions
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.methods import Method
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+M = TypeVar("M", bound=Message)
+
+
+class TabletSplitError(CdcStateError):
+    """A tablet of the window was split: the stream's tablets must be re-planned (its children)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often, and how long apart, a retriable failure is tried again."""
+
+    attempts: int = 8
+    backoff_seconds: float = 0.1
+    max_backoff_seconds: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
+
+
+def product_error(error: rpc.YbRpcError, what: str) -> CdcError:
+    """The product's error for a protocol error that retrying did not (or cannot) cure."""
+    text = f"{what}: {error}"
+    if isinstance(error, (rpc.CheckpointTooOld, rpc.StreamExpired)):
+        return WalLostError(text)
+    if isinstance(error, rpc.StreamNotFound):
+        return SlotMissingError(text)
+    if isinstance(error, rpc.TabletSplit):
+        return TabletSplitError(text)
+    if isinstance(error, rpc.ProtocolError):
+        return DecodingError(text)
+    if error.retriable:
+        return CdcTransientError(text)
+    return CdcConfigurationError(text)
+
+
+def parse_addresses(text: str | Iterable[str]) -> tuple[Address, ...]:
+    """``"h1:7100,h2:7100"`` (``database.master.addresses``) or a list of ``host:port``."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    addresses = []
+    for part in (p.strip() for p in parts):
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise CdcConfigurationError(f"not a host:port master address: {part!r}")
+        addresses.append((host.strip("[]"), int(port)))
+    if not addresses:
+        raise CdcConfigurationError("no master addresses")
+    return tuple(addresses)
+
+
+def replica_address(replica: pb.TabletLocationsPB.ReplicaPB) -> Address | None:
+    info = replica.ts_info
+    for host_port in (*info.private_rpc_addresses, *info.broadcast_addresses):
+        if host_port.host:
+            return host_port.host, host_port.port
+    return None
+
+
+class YbCdcClient:
+    """One stream's session with a cluster. Not thread-safe; close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        masters: Sequence[Address],
+        stream_id: str,
+        *,
+        tls: TlsOptions | None = None,
+        timeout_seconds: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not masters:
+            raise CdcConfigurationError("no master addresses")
+        self.masters = tuple(masters)
+        self.stream_id = stream_id
+        self._tls = tls
+        self._timeout = timeout_seconds
+        self._retry = retry
+        self._sleep = sleep
+        self._connections: dict[Address, RpcConnection] = {}
+        self._master_leader: Address | None = None
+        self._leaders: dict[str, Address] = {}
+
+    def __repr__(self) -> str:
+        masters = ",".join(f"{h}:{p}" for h, p in self.masters)
+        return f"YbCdcClient(masters={masters}, stream_id={self.stream_id}, tls={self._tls is not None})"
+
+    def __enter__(self) -> YbCdcClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def _call(self, address: Address, method: Method, request: Message) -> Message:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = RpcConnection(
+                address[0], address[1], connect_timeout=self._timeout, tls=self._tls
+            )
+        response = connection.invoke(method, request, timeout=self._timeout)
+        rpc.raise_for_service_error(response)
+        return response
+
+    def _retrying(self, what: str, attempt_once: Callable[[int], M]) -> M:
+        """``attempt_once(attempt)`` until it succeeds, a non-retriable error, or the attempts run out."""
+        for attempt in range(self._retry.attempts):
+            try:
+                return attempt_once(attempt)
+            except rpc.YbRpcError as error:
+                if not error.retriable or attempt + 1 >= self._retry.attempts:
+                    raise product_error(error, what) from None
+                log.info("%s: %s; retrying (attempt %d)", what, error, attempt + 1)
+                self._sleep(self._retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    def master_call(self, method: Method, request: M) -> Message:
+        """A master call, to the leader master (found by trying each address)."""
+
+        def once(attempt: int) -> Message:
+            order = list(self.masters)
+            if self._master_leader in order:
+                order.remove(self._master_leader)
+                order.insert(0, self._master_leader)
+            last: rpc.YbRpcError | None = None
+            for address in order:
+                try:
+                    response = self._call(address, method, request)
+                except rpc.YbRpcError as error:
+                    if not error.rediscover:
+                        raise
+                    last = error  # not the leader, or unreachable: the next master
+                    continue
+                self._master_leader = address
+                return response
+            assert last is not None
+            raise last
+
+        return self._retrying(f"{method.name} on masters of stream {self.stream_id}", once)
+
+    # -- the stream --------------------------------------------------------------------------
+
+    def stream_tables(self) -> tuple[str, tuple[str, ...]]:
+        """The stream's namespace id and table ids."""
+        request = pb.MasterGetCDCDBStreamInfoRequestPB(db_stream_id=self.stream_id.encode())
+        response = self.master_call(methods.MASTER_GET_DB_STREAM_INFO, request)
+        tables = tuple(sorted({t.table_id.decode() for t in response.table_info}))
+        return response.namespace_id.decode(), tables
+
+    def stream_options(self) -> dict[str, str]:
+        """The stream's options (``record_type``, ``checkpoint_type``, ...)."""
+        response = self.master_call(
+            methods.MASTER_GET_CDC_STREAM, pb.GetCDCStreamRequestPB(stream_id=self.stream_id.encode())
+        )
+        return {o.key: o.value.decode() for o in response.stream.options}
+
+    def record_type(self) -> int:
+        """The stream's ``CDCRecordType`` (CHANGE when the stream does not say)."""
+        name = self.stream_options().get("record_type", "CHANGE")
+        try:
+            return pb.CDCRecordType.Value(name)
+        except ValueError:
+            raise CdcConfigurationError(f"stream {self.stream_id}: unknown record type {name!r}") from None
+
+    def tablets(self, table_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """The active tablets of the tables (tablet id → its tables); leaders are cached."""
+        tablets: dict[str, set[str]] = {}
+        for table_id in table_ids:
+            request = pb.GetTableLocationsRequestPB(
+                table=pb.TableIdentifierPB(table_id=table_id.encode()), max_returned_locations=1 << 20
+            )
+            for location in self.master_call(methods.MASTER_GET_TABLE_LOCATIONS, request).tablet_locations:
+                tablet_id = location.tablet_id.decode()
+                tablets.setdefault(tablet_id, set()).add(table_id)
+                self._remember_leader(location)
+        return {tablet: tuple(sorted(tables)) for tablet, tables in sorted(tablets.items())}
+
+    def _remember_leader(self, location: pb.TabletLocationsPB) -> None:
+        for replica in location.replicas:
+            address = replica_address(replica)
+            if replica.role == pb.LEADER and address is not None:
+                self._leaders[location.tablet_id.decode()] = address
+                return
+
+    def leader(self, tablet_id: str, *, refresh: bool = False) -> Address:
+        """The tablet's leader tablet server (cached unless ``refresh``)."""
+        if refresh or tablet_id not in self._leaders:
+            self._leaders.pop(tablet_id, None)
+            request = pb.GetTabletLocationsRequestPB(tablet_ids=[tablet_id.encode()])
+            response = self.master_call(methods.MASTER_GET_TABLET_LOCATIONS, request)
+            for location in response.tablet_locations:
+                self._remember_leader(location)
+            if tablet_id not in self._leaders:
+                # No leader elected yet: retriable, like YB's own client.
+                raise rpc.LeaderChanged(
+                    "yb.master.MasterService", 0, "NO_LEADER", None, f"tablet {tablet_id} has no leader"
+                )
+        return self._leaders[tablet_id]
+
+    def _tablet_call(self, tablet_id: str, method: Method, request: Message, what: str) -> Message:
+        def once(attempt: int) -> Message:
+            address = self.leader(tablet_id, refresh=attempt > 0 and tablet_id not in self._leaders)
+            try:
+                return self._call(address, method, request)
+            except rpc.YbRpcError as error:
+                if error.rediscover:
+                    self._leaders.pop(tablet_id, None)  # look the leader up again before retrying
+                raise
+
+        return self._retrying(what, once)
+
+    # -- changes and checkpoints -------------------------------------------------------------
+
+    def get_changes(
+        self, tablet_id: str, position: TabletPosition, *, explicit: Checkpoint | None = None
+    ) -> pb.GetChangesResponsePB:
+        """One ``GetChanges`` of ``tablet_id`` from ``position``; ``explicit`` is the checkpoint
+        the sink has committed (an EXPLICIT stream keeps what follows it)."""
+        request = pb.GetChangesRequestPB(
+            db_stream_id=self.stream_id.encode(),
+            tablet_id=tablet_id.encode(),
+            from_cdc_sdk_checkpoint=position.checkpoint.to_pb(),
+            safe_hybrid_time=position.safe_hybrid_time,
+            wal_segment_index=position.wal_segment_index,
+        )
+        if explicit is not None:
+            request.explicit_cdc_sdk_checkpoint.CopyFrom(explicit.to_pb())
+        what = f"GetChanges of tablet {tablet_id} (stream {self.stream_id})"
+        return self._tablet_call(tablet_id, methods.GET_CHANGES, request, what)
+
+    def fetcher(self, tablet_id: str, *, explicit: Checkpoint | None = None) -> Fetch:
+        """The ``fetch`` of :func:`~.pages.poll_pages` for one tablet."""
+        return lambda position: self.get_changes(tablet_id, position, explicit=explicit)
+
+    def set_checkpoints(self, checkpoints: TabletCheckpoints) -> None:
+        """Store each polled tablet's checkpoint on the server (``SetCDCCheckpoint``): only after
+        the window's sink commit and offset save, so the server never drops what the sink lacks."""
+        for tablet_id, position in checkpoints.polled().items():
+            checkpoint = position.checkpoint
+            request = pb.SetCDCCheckpointRequestPB(
+                checkpoint=pb.CDCCheckpointPB(op_id=pb.OpIdPB(term=checkpoint.term, index=checkpoint.index)),
+                cdc_sdk_checkpoint=checkpoint.to_pb(),
+                stream_id=self.stream_id.encode(),
+                tablet_id=tablet_id.encode(),
+            )
+            if position.safe_hybrid_time >= 0:
+                request.cdc_sdk_safe_time = position.safe_hybrid_time
+            what = f"SetCDCCheckpoint of tablet {tablet_id} (stream {self.stream_id})"
+            self._tablet_call(tablet_id, methods.SET_CDC_CHECKPOINT, request, what)
+
+
+__all__ = [
+    "RetryPolicy",
+    "TabletSplitError",
+    "YbCdcClient",
+    "parse_addresses",
+    "product_error",
+    "replica_address",
+]

@@ -1,0 +1,139 @@
+"""Running one CDC-service stream window: client → pages → merge → collector → sink.
+
+Every tablet of the stream is polled from its start position (the spec's tablet checkpoints) up
+to the window's end hybrid time; :class:`~.merge.WindowMerge` makes whole transactions in commit
+order, :class:`~.collector.YbCdcWindowCollector` the sink's chunks. The commit entry's stats carry
+the tablets' end positions as ``source_state`` (:func:`~.offset.source_state`), which the core
+copies into the offset. Nothing is stored on the server here: ``SetCDCCheckpoint``
+(:meth:`~.client.YbCdcClient.set_checkpoints`) follows the commit and the offset save.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext
+from airflow_provider_cdc.cdc.sources.postgres.jobs import topics_of
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YbCdcWindowCollector
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_pages
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
+
+log = logging.getLogger(__name__)
+
+#: Pause between polls of a tablet with nothing new (the connector's cdc.poll.interval.ms).
+POLL_INTERVAL_SECONDS = 0.5
+
+
+def run_job(spec: YbCdcJobSpec, spark_provider: SparkProvider | None = None) -> CommitEntry:
+    """Run the window of ``spec`` and return its commit-log entry."""
+    return run_window(spec, spark_provider, snapshot=_run_snapshot, stream=_run_stream)
+
+
+def _run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    raise CdcConfigurationError("snapshots through the YugabyteDB CDC service are not implemented yet")
+
+
+class IdleWait:
+    """``on_idle`` of :func:`poll_pages`: wait a poll interval, and give up once a tablet has
+    brought nothing new for ``timeout`` seconds (its safe time must reach the window end)."""
+
+    def __init__(self, tablet_id: str, timeout: float, interval: float = POLL_INTERVAL_SECONDS):
+        self.tablet_id, self.timeout, self.interval = tablet_id, timeout, interval
+        self._since: float | None = None
+        self._safe = -1
+
+    def __call__(self, page: Page) -> None:
+        now = time.monotonic()
+        if self._since is None or page.safe_hybrid_time != self._safe:
+            self._since, self._safe = now, page.safe_hybrid_time
+        elif now - self._since > self.timeout:
+            raise CdcTransientError(
+                f"tablet {self.tablet_id}: no progress for {self.timeout:g}s (safe time {page.safe_hybrid_time})"
+            )
+        time.sleep(self.interval)
+
+
+def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    window = spec.window
+    assert window.from_lsn is not None and window.to_lsn is not None
+    from_ht, to_ht = int(window.from_lsn), int(window.to_lsn)
+    start = spec.tablets.polled()
+    if not start:
+        raise CdcConfigurationError(f"stream {spec.stream_id}: the spec names no tablets to read")
+    captured = {t.data_collection for t in spec.tables}
+
+    def data_collection(row: pb.RowMessage) -> str | None:
+        name = f"{row.pgschema_name}.{row.table}"
+        return name if name in captured else None
+
+    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
+        record_type = spec.record_type_value
+        if record_type is None:
+            record_type = client.record_type()
+        pages = {
+            tablet: poll_pages(
+                client.fetcher(tablet, explicit=position.checkpoint),  # the committed checkpoint
+                position,
+                to_ht - 1,
+                on_idle=IdleWait(tablet, spec.options.idle_timeout_seconds),
+            )
+            for tablet, position in start.items()
+        }
+        merge = WindowMerge(from_ht=from_ht, to_ht=to_ht, tablets=pages, start=start, data_collection=data_collection)
+        log.info("reading %s from stream %s (%d tablets)", window.describe(), spec.stream_id, len(start))
+        sink = ParquetSink.for_spec(spec, spark_provider)
+        writer = sink.open_window(window, topics_of(spec, spec.tables))
+        collector = YbCdcWindowCollector(
+            window=window,
+            context=EventContext.of_window(spec.topic_prefix, spec.database, window),
+            topic_prefix=spec.topic_prefix,
+            previous_commit_lsn=spec.previous_commit_ht,
+            max_changes_per_chunk=spec.options.max_changes_per_chunk,
+            flush=writer.write_chunk,
+            settings=spec.events,
+            captured=spec.tables,
+            record_type=record_type,
+        )
+        try:
+            faults.point("window.streaming")
+            collector.consume_items(merge)
+            stats = collector.finish()
+            faults.point("window.read_done")
+        finally:
+            writer.close()
+        read_ms = int(time.time() * 1000)  # polling restarts the stream's expiry timer
+    ends = spec.tablets.advanced(merge.end_positions)
+    merged = merge.stats
+    return writer.commit(
+        window,
+        transactions=stats.transactions,
+        last_commit_lsn=stats.last_commit_lsn,
+        last_tx_id=stats.last_tx_id,
+        last_commit_ts_us=stats.last_commit_ts_us,
+        stats={
+            "changes": stats.changes,
+            "chunks": stats.chunks,
+            "key_changes": stats.key_changes,
+            "filtered_changes": merged.filtered_changes,
+            "earlier_skipped": merged.earlier_skipped,
+            "resent_skipped": merged.resent_skipped,
+            "seconds": round(time.monotonic() - stats.started, 3),
+            "job_pid": os.getpid(),
+            "source_state": source_state(ends, last_read_ms=read_ms),
+            **recorded_run(spec),
+        },
+    )
+
+
+__all__ = ["IdleWait", "run_job"]
