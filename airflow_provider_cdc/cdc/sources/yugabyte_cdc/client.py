@@ -267,10 +267,17 @@ class YbCdcClient:
     # -- changes and checkpoints -------------------------------------------------------------
 
     def get_changes(
-        self, tablet_id: str, position: TabletPosition, *, explicit: Checkpoint | None = None
+        self,
+        tablet_id: str,
+        position: TabletPosition,
+        *,
+        explicit: Checkpoint | None = None,
+        need_schema_info: bool = False,
     ) -> pb.GetChangesResponsePB:
         """One ``GetChanges`` of ``tablet_id`` from ``position``; ``explicit`` is the checkpoint
-        the sink has committed (an EXPLICIT stream keeps what follows it)."""
+        the sink has committed (an EXPLICIT stream keeps what follows it); ``need_schema_info``
+        asks for the tables' DDL records first (YB sends them otherwise only when its schema
+        cache for the stream and tablet is stale)."""
         request = pb.GetChangesRequestPB(
             db_stream_id=self.stream_id.encode(),
             tablet_id=tablet_id.encode(),
@@ -278,14 +285,26 @@ class YbCdcClient:
             safe_hybrid_time=position.safe_hybrid_time,
             wal_segment_index=position.wal_segment_index,
         )
+        if need_schema_info:
+            request.need_schema_info = True
         if explicit is not None:
             request.explicit_cdc_sdk_checkpoint.CopyFrom(explicit.to_pb())
         what = f"GetChanges of tablet {tablet_id} (stream {self.stream_id})"
         return self._tablet_call(tablet_id, methods.GET_CHANGES, request, what)
 
     def fetcher(self, tablet_id: str, *, explicit: Checkpoint | None = None) -> Fetch:
-        """The ``fetch`` of :func:`~.pages.poll_pages` for one tablet."""
-        return lambda position: self.get_changes(tablet_id, position, explicit=explicit)
+        """The ``fetch`` of :func:`~.pages.poll_pages` for one tablet. Its first request asks for
+        the schema (``need_schema_info``, as the connector's per-tablet ``schemaNeeded``): a window
+        knows no table version before it, and a tablet whose checkpoint is the one it last sent
+        would send its rows without a DDL record."""
+        first = [True]
+
+        def fetch(position: TabletPosition) -> pb.GetChangesResponsePB:
+            response = self.get_changes(tablet_id, position, explicit=explicit, need_schema_info=first[0])
+            first[0] = False
+            return response
+
+        return fetch
 
     def set_checkpoints(self, checkpoints: TabletCheckpoints) -> None:
         """Store each polled tablet's checkpoint on the server (``SetCDCCheckpoint``): only after
