@@ -42,6 +42,10 @@ def run_submitted(
     application: str | None = None,
 ) -> CommitEntry:
     secrets = {spec.connection.password_env: spec.connection.password} if spec.connection.password is not None else {}
+    if spec.options.table_catalog_secret is not None:
+        from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
+
+        secrets[CATALOG_SECRET_ENV] = spec.options.table_catalog_secret
     result = submit(
         spec.to_json(),
         name=f"cdc-{spec.topic_prefix}-{spec.window.window_id}",
@@ -51,6 +55,13 @@ def run_submitted(
         application=application,
     )
     return CommitEntry.from_dict(result)
+
+
+def state_secrets(spec: Any) -> dict[str, str]:
+    """What a submitted current-state job needs beside its spec: the catalog's secret, if any."""
+    from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
+
+    return {CATALOG_SECRET_ENV: spec.table_catalog_secret} if spec.table_catalog_secret is not None else {}
 
 
 def submit(

@@ -68,6 +68,9 @@ class Capture(ABC):
     # pyiceberg catalog properties for sink_format="iceberg" (empty: a SQLite catalog file beside
     # the sink). Not for secrets: they would travel in the job spec.
     table_catalog: Mapping[str, str] = field(default_factory=dict)
+    # An Airflow connection holding the Iceberg catalog's properties (its extra, by name) and its
+    # secret (the password), read when a run starts; table_catalog overrides its properties.
+    table_catalog_conn_id: str | None = None
     # Debezium's table.include.list / table.exclude.list: regular expressions on schema.table,
     # resolved against the catalog by every task (instead of, or to filter, ``tables``).
     table_include_list: Sequence[str] = ()
@@ -129,6 +132,8 @@ class Capture(ABC):
         if not self.sink_path or not str(self.sink_path).strip():
             raise CdcConfigurationError("sink_path is required (a local directory or a Hadoop URI)")
         check_table_sink(self.sink_format, str(self.sink_path), self.table_catalog)
+        if self.table_catalog_conn_id is not None and self.sink_format != "iceberg":
+            raise CdcConfigurationError(f"table_catalog_conn_id is for sink_format='iceberg', not {self.sink_format!r}")
         if self.heartbeat_action_query is not None and not str(self.heartbeat_action_query).strip():
             raise CdcConfigurationError("heartbeat_action_query is empty: give a SQL statement or None")
         if isinstance(self.offset_store, str) and self.offset_store not in OFFSET_STORES:
@@ -276,7 +281,29 @@ class Capture(ABC):
         from airflow_provider_cdc.cdc.sinks.storage import check_writable
 
         check_writable(self.sink_path)
-        check_table_sink_ready(self.sink_format, self.table_catalog)
+        check_table_sink_ready(self.sink_format, self.catalog_properties())
+
+    def run_options(self) -> CaptureOptions:
+        """:meth:`capture_options` with the Iceberg catalog's connection resolved (at run time:
+        DAG parsing reads no connection)."""
+        options = self.capture_options()
+        if self.table_catalog_conn_id is None:
+            return options
+        from dataclasses import replace
+
+        from airflow_provider_cdc.captures.table_catalog import catalog_connection
+
+        properties, secret_property, secret = catalog_connection(self.table_catalog_conn_id)
+        return replace(
+            options,
+            table_catalog={**properties, **dict(self.table_catalog)},
+            table_catalog_secret_property=secret_property,
+            table_catalog_secret=secret,
+        )
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The Iceberg catalog's properties for this process (with the connection's secret)."""
+        return self.run_options().catalog_properties()
 
     def spark_options(self) -> SparkOptions:
         return SparkOptions(master=self.spark_master, conf=dict(self.spark_conf))

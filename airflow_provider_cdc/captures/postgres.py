@@ -387,7 +387,7 @@ def spec_fields(
         "window": window,
         "sink_path": capture.sink_path,
         "previous_commit_lsn": offset.lsn_commit if offset else None,
-        "options": capture.capture_options(),
+        "options": capture.run_options(),
         "spark": capture.spark_options(),
         "events": capture.event_settings(),
         "incremental": offset.incremental if offset is not None and window.kind == "stream" else None,

@@ -434,7 +434,7 @@ class SqlServerRun(SourceRun):
             tables=self.tables,
             window=window,
             sink_path=capture.sink_path,
-            options=capture.capture_options(),
+            options=capture.run_options(),
             spark=capture.spark_options(),
             events=capture.event_settings(),
             gap=gap,

@@ -8,6 +8,7 @@ to a file). It never contains the password: :class:`PgConnectionInfo` leaves it 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
 SPEC_FORMAT = 1
+#: Where a submitted job finds the Iceberg catalog's secret property (never in the spec file).
+CATALOG_SECRET_ENV = "AIRFLOW_CDC_CATALOG_SECRET"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ class CaptureOptions:
     sink_format: str = "parquet"  # parquet | iceberg | delta (cdc/sinks/formats.py)
     # Iceberg catalog properties (pyiceberg's); empty: a SQLite catalog beside the sink.
     table_catalog: dict[str, str] = field(default_factory=dict)
+    # A secret catalog property (the password of table_catalog_conn_id): never serialized; a spec
+    # written for spark-submit travels without it and the job reads it from CATALOG_SECRET_ENV.
+    table_catalog_secret_property: str | None = None
+    table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
@@ -52,11 +59,21 @@ class CaptureOptions:
                 raise CdcConfigurationError(f"{name} must be a number of at least {minimum}{unit}, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "table_catalog": dict(self.table_catalog)}
+        data = {**self.__dict__, "table_catalog": dict(self.table_catalog)}
+        data.pop("table_catalog_secret")
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureOptions:
-        return cls(**data)
+        secret = os.environ.get(CATALOG_SECRET_ENV) if data.get("table_catalog_secret_property") else None
+        return cls(**data, table_catalog_secret=secret)
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The Iceberg catalog's properties, with the secret one when there is one."""
+        props = dict(self.table_catalog)
+        if self.table_catalog_secret_property and self.table_catalog_secret is not None:
+            props[self.table_catalog_secret_property] = self.table_catalog_secret
+        return props
 
 
 @dataclass(frozen=True)
@@ -171,8 +188,16 @@ class StateJobSpec:
     # The sink's table format; the state tables are kept in the same one (MERGE, time travel).
     sink_format: str = "parquet"
     table_catalog: dict[str, str] = field(default_factory=dict)  # the sink's Iceberg catalog, if any
+    table_catalog_secret_property: str | None = None  # as in CaptureOptions
+    table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
 
     job = "current_state"
+
+    def catalog_properties(self) -> dict[str, str]:
+        props = dict(self.table_catalog)
+        if self.table_catalog_secret_property and self.table_catalog_secret is not None:
+            props[self.table_catalog_secret_property] = self.table_catalog_secret
+        return props
 
     def __post_init__(self) -> None:
         from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
@@ -195,6 +220,7 @@ class StateJobSpec:
                 "spark": self.spark.to_dict(),
                 **({"sink_format": self.sink_format} if self.sink_format != "parquet" else {}),
                 **({"table_catalog": dict(self.table_catalog)} if self.table_catalog else {}),
+                **({"table_catalog_secret_property": p} if (p := self.table_catalog_secret_property) else {}),
             },
             sort_keys=True,
             indent=1,
@@ -214,6 +240,10 @@ class StateJobSpec:
             spark=SparkOptions.from_dict(data.get("spark") or {}),
             sink_format=data.get("sink_format", "parquet"),
             table_catalog=dict(data.get("table_catalog") or {}),
+            table_catalog_secret_property=data.get("table_catalog_secret_property"),
+            table_catalog_secret=(
+                os.environ.get(CATALOG_SECRET_ENV) if data.get("table_catalog_secret_property") else None
+            ),
         )
 
 

@@ -433,7 +433,7 @@ def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
                 state_path=spec.state_path,
                 sink_format=spec.sink_format,
                 as_of_seq=spec.as_of_seq,
-                table_catalog=dict(spec.table_catalog),
+                table_catalog=spec.catalog_properties(),
             )
             results.append(result.to_dict())
             continue
@@ -444,7 +444,7 @@ def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
             topic=Topic(name, directory),
             state_path=spec.state_path,
             as_of_seq=spec.as_of_seq,
-            table_catalog=dict(spec.table_catalog),
+            table_catalog=spec.catalog_properties(),
         )
         results.append(result.to_dict())
     return results

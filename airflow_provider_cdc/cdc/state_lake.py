@@ -41,7 +41,13 @@ def state_table(sink_format: str, state_path: str, topic_prefix: str, topic: Top
 
     parts = [unquote(p) for p in topic.directory.split(".")]
     identifier = (f"{parts[0]}_state", *parts[1:])
-    catalog = dict(table_catalog) if table_catalog else str(Path(local_base(state_path)) / CATALOG_DIR / "iceberg.db")
+    # A catalog the user names holds the state tables beside the event tables (the sink's catalog
+    # name, "cdc"); without one, a SQLite catalog of the state path's own.
+    catalog = (
+        {"name": "cdc", **table_catalog}
+        if table_catalog
+        else str(Path(local_base(state_path)) / CATALOG_DIR / "iceberg.db")
+    )
     return IcebergStateTable(catalog, identifier, location)
 
 

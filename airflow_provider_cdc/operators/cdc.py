@@ -165,7 +165,7 @@ class _WindowOperator(CdcCaptureOperator):
             latest = commit_log.latest()
             from airflow_provider_cdc.cdc.sinks.reader import check_landed_tables  # pyarrow: not at DAG parse
 
-            check_landed_tables(latest, capture.sink_path, capture.topic_prefix, dict(capture.table_catalog))
+            check_landed_tables(latest, capture.sink_path, capture.topic_prefix, capture.catalog_properties())
             reconciled = reconcile(
                 stored,
                 latest,
@@ -520,7 +520,9 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             as_of_seq=as_of,
             spark=capture.spark_options(),
             sink_format=capture.sink_format,
-            table_catalog=dict(capture.table_catalog),
+            table_catalog=(options := capture.run_options()).table_catalog,
+            table_catalog_secret_property=options.table_catalog_secret_property,
+            table_catalog_secret=options.table_catalog_secret,
         )
         with fail_fast_on_terminal_errors(capture):
             if capture.spark_conn_id is None:
@@ -531,7 +533,7 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
                 results = spark_runner.submit(
                     spec.to_json(),
                     name=f"cdc-state-{capture.topic_prefix}",
-                    secrets={},
+                    secrets=spark_runner.state_secrets(spec),
                     spark_conn_id=capture.spark_conn_id,
                     conf=dict(capture.spark_conf),
                     application=capture.spark_application,

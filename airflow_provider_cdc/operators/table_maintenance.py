@@ -53,7 +53,7 @@ class CdcTableMaintenanceOperator(CdcCaptureOperator):
         if retain is not None and retain < 0:
             raise CdcConfigurationError(f"retain_hours must be 0 or more, got {retain}")
         tables = table_format(
-            capture.sink_format, local_base(capture.sink_path), capture.topic_prefix, dict(capture.table_catalog)
+            capture.sink_format, local_base(capture.sink_path), capture.topic_prefix, capture.catalog_properties()
         )
         assert tables is not None
         done: dict[str, Any] = {}

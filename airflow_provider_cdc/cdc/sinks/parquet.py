@@ -69,7 +69,7 @@ class ParquetSink:
             spec.topic_prefix,
             spark_provider,
             sink_format=spec.options.sink_format,
-            table_catalog=dict(spec.options.table_catalog),
+            table_catalog=spec.options.catalog_properties(),
         )
 
     @property
