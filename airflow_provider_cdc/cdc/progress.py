@@ -8,9 +8,11 @@ started, and the lag (how long ago the last captured change was committed).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -28,6 +30,19 @@ class StreamStats:
     last_commit_ts_us: int | None = None
     event_bytes: int = 0
     started: float = field(default_factory=time.monotonic)
+
+    def commit(self, writer: Any, window: Any, **stats: Any) -> Any:
+        """Publish ``window`` through ``writer`` with what every source's stream counted, plus
+        the source's own ``stats``; returns the commit-log entry."""
+        counted = {"changes": self.changes, "chunks": self.chunks, "key_changes": self.key_changes}
+        return writer.commit(
+            window,
+            transactions=self.transactions,
+            last_commit_lsn=self.last_commit_lsn,
+            last_tx_id=self.last_tx_id,
+            last_commit_ts_us=self.last_commit_ts_us,
+            stats={**counted, "seconds": round(time.monotonic() - self.started, 3), "job_pid": os.getpid(), **stats},
+        )
 
     def chunk_written(self, log: logging.Logger, batches: Mapping[str, Sequence[pa.RecordBatch]]) -> None:
         """Count a written chunk and log its progress line."""

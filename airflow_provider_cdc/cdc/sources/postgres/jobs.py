@@ -145,24 +145,14 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
             )
         finally:
             writer.close()  # no writer thread outlives a failed read; commit() still sees write errors
-    entry = writer.commit(
+    entry = stats.commit(
+        writer,
         window,
-        transactions=stats.transactions,
-        last_commit_lsn=stats.last_commit_lsn,
-        last_tx_id=stats.last_tx_id,
-        last_commit_ts_us=stats.last_commit_ts_us,
-        stats={
-            "changes": stats.changes,
-            "chunks": stats.chunks,
-            "messages": stats.messages,
-            "messages_skipped": stats.messages_skipped,
-            "key_changes": stats.key_changes,
-            "seconds": round(time.monotonic() - stats.started, 3),
-            "job_pid": os.getpid(),
-            **collector.extra_stats(),
-            **incremental_stats,
-            **recorded_run(spec),
-        },
+        messages=stats.messages,
+        messages_skipped=stats.messages_skipped,
+        **collector.extra_stats(),
+        **incremental_stats,
+        **recorded_run(spec),
     )
     drop_emitted_chunks(sink, incremental.emitted)
     return entry

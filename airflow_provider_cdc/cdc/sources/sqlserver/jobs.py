@@ -138,23 +138,13 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             writer.close()
     finally:
         conn.close()
-    entry = writer.commit(
+    entry = stats.commit(
+        writer,
         window,
-        transactions=stats.transactions,
-        last_commit_lsn=stats.last_commit_lsn,
-        last_tx_id=stats.last_tx_id,
-        last_commit_ts_us=stats.last_commit_ts_us,
-        stats={
-            "changes": stats.changes,
-            "chunks": stats.chunks,
-            "key_changes": stats.key_changes,
-            # The instances the tables have now (an old one dropped after a switch is gone from here).
-            "source_state": source_state,
-            "seconds": round(time.monotonic() - stats.started, 3),
-            "job_pid": os.getpid(),
-            **incremental_stats,
-            **recorded_run(spec),
-        },
+        # The instances the tables have now (an old one dropped after a switch is gone from here).
+        source_state=source_state,
+        **incremental_stats,
+        **recorded_run(spec),
     )
     drop_emitted_chunks(sink, incremental.emitted)
     return entry

@@ -11,7 +11,6 @@ copies into the offset. Nothing is stored on the server here: ``SetCDCCheckpoint
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from airflow_provider_cdc.cdc import faults
@@ -115,24 +114,14 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         read_ms = int(time.time() * 1000)  # polling restarts the stream's expiry timer
     ends = spec.tablets.advanced(merge.end_positions)
     merged = merge.stats
-    return writer.commit(
+    return stats.commit(
+        writer,
         window,
-        transactions=stats.transactions,
-        last_commit_lsn=stats.last_commit_lsn,
-        last_tx_id=stats.last_tx_id,
-        last_commit_ts_us=stats.last_commit_ts_us,
-        stats={
-            "changes": stats.changes,
-            "chunks": stats.chunks,
-            "key_changes": stats.key_changes,
-            "filtered_changes": merged.filtered_changes,
-            "earlier_skipped": merged.earlier_skipped,
-            "resent_skipped": merged.resent_skipped,
-            "seconds": round(time.monotonic() - stats.started, 3),
-            "job_pid": os.getpid(),
-            "source_state": source_state(ends, last_read_ms=read_ms),
-            **recorded_run(spec),
-        },
+        filtered_changes=merged.filtered_changes,
+        earlier_skipped=merged.earlier_skipped,
+        resent_skipped=merged.resent_skipped,
+        source_state=source_state(ends, last_read_ms=read_ms),
+        **recorded_run(spec),
     )
 
 
