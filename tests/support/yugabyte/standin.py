@@ -92,21 +92,10 @@ class YugabyteStandIn:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
-        if self._process is not None:
-            try:
-                self._process.stdin.close()
-                self._process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
+        stop_service(self._process)
+        self._process = None
         if drop:
-            with self.cluster.connect() as conn:
-                for (slot,) in conn.execute(
-                    "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (self.database,)
-                ).fetchall():
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.database)))
+            drop_database(self.cluster, self.database)
 
     def __enter__(self) -> YugabyteStandIn:
         return self.start()
@@ -204,3 +193,25 @@ class YugabyteStandIn:
                 return
             time.sleep(0.02)
         raise TimeoutError("the YugabyteDB stand-in's journal did not catch up")
+
+
+def stop_service(process: subprocess.Popen | None) -> None:
+    """End a stand-in's child process: its stdin closing is its signal to stop; killed if it hangs."""
+    if process is None:
+        return
+    try:
+        process.stdin.close()
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def drop_database(cluster, database: str) -> None:
+    """Drop a stand-in's database with the replication slots on it."""
+    with cluster.connect() as conn:
+        for (slot,) in conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (database,)
+        ).fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql
 
 from tests.support.yugabyte.journal import real_conninfo
+from tests.support.yugabyte.standin import drop_database, stop_service
 
 from .cluster import Settings
 
@@ -83,21 +83,10 @@ class YugabyteCdcStandIn:
         return self
 
     def stop(self, drop: bool = True) -> None:
-        if self._process is not None:
-            try:
-                self._process.stdin.close()
-                self._process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
+        stop_service(self._process)
+        self._process = None
         if drop:
-            with self.cluster.connect() as conn:
-                for (slot,) in conn.execute(
-                    "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (self.database,)
-                ).fetchall():
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.database)))
+            drop_database(self.cluster, self.database)
 
     def __enter__(self) -> YugabyteCdcStandIn:
         return self.start()
