@@ -179,8 +179,16 @@ class DeltaTables:
         return rows if ids else rows.slice(0, 0)
 
     def holds_window(self, topic: Topic, window_seq: int) -> bool:
-        rows = self.scan_arrow(topic, window_seqs=[window_seq])
-        return rows is not None and rows.num_rows > 0
+        # One column, the first matching row, files pruned by their window_id statistics: a run
+        # asks this every time. (Not the txn version: a RESTORE keeps it while dropping the rows.)
+        table = _load(self.table_uri(topic))
+        if table is None:
+            return False
+        dataset = table.to_pyarrow_dataset()
+        found = dataset.head(
+            1, columns=[WINDOW_ID_FIELD], filter=pc.field(WINDOW_ID_FIELD) == window_id_for(window_seq)
+        )
+        return found.num_rows > 0
 
     def data_files(self, topic: Topic) -> list[str]:
         table = _load(self.table_uri(topic))

@@ -200,8 +200,8 @@ class TableFormat(Protocol):
         that (Iceberg snapshots, Delta vacuum) and delete the files only it referenced."""
 
     def holds_window(self, topic: Topic, window_seq: int) -> bool:
-        """Does the table's current version hold rows of window ``window_seq``? (For when the
-        window's tagged commit left the history: snapshot expiry, log cleanup.)"""
+        """Does the table's current version hold window ``window_seq``? Cheap: every run asks it
+        of the newest window's tables, and it must not read the table's whole history."""
 
 
 def table_format(

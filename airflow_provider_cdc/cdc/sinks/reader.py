@@ -162,9 +162,7 @@ def check_landed_tables(
                 f"the commit log says window {entry.window_id} landed there: restore the table, or move the sink "
                 "aside and re-snapshot"
             )
-        commit = tables.window_commits(topic).get(entry.window.seq)
-        held = tables.holds_window(topic, entry.window.seq) if commit is None else True
-        if not held:
+        if not tables.holds_window(topic, entry.window.seq):
             raise CdcStateError(
                 f"the {dataset.table['format']} table of {dataset.topic} ({tables.table_uri(topic)}) no longer holds "
                 f"window {entry.window_id}, the newest one the commit log says landed there (was it rolled back "
