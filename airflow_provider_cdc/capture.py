@@ -12,6 +12,7 @@ from airflow_provider_cdc.captures.base import NEW_TABLE_SNAPSHOT, OFFSET_STORES
 from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
 from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
+from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
 
 __all__ = [
     "NEW_TABLE_SNAPSHOT",
@@ -21,4 +22,5 @@ __all__ = [
     "SourceRun",
     "SqlServerCapture",
     "YugabyteCapture",
+    "YugabyteCdcServiceCapture",
 ]

@@ -34,6 +34,17 @@ _LIBPQ_BEHAVIOUR = {
     "relabeling": {"schema": "Database"},
     "placeholders": {"port": "5432", "login": "a role with REPLICATION", "extra": '{"sslmode": "verify-full"}'},
 }
+_YUGABYTE_FIELDS = {
+    **_LIBPQ_FIELDS,
+    "master_addresses": {
+        "label": "Master addresses (CDC service)",
+        "schema": _TEXT,
+        "description": "host:port,... of the masters' RPC port, for YugabyteCdcServiceCapture (default: host:7100)",
+    },
+    "rpc_ssl_root_cert": {"label": "RPC TLS root certificate (path on the workers)", "schema": _TEXT},
+    "rpc_ssl_cert": {"label": "RPC TLS client certificate (path on the workers)", "schema": _TEXT},
+    "rpc_ssl_key": {"label": "RPC TLS client key (path on the workers)", "schema": _TEXT},
+}
 _YUGABYTE_BEHAVIOUR = {**_LIBPQ_BEHAVIOUR, "placeholders": {**_LIBPQ_BEHAVIOUR["placeholders"], "port": "5433"}}
 _ODBC_FIELDS = {
     "driver": {
@@ -60,7 +71,8 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Change data capture as scheduled, bounded batches: PostgreSQL logical "
-        "replication, SQL Server CDC and YugabyteDB logical replication to Debezium-compatible change "
+        "replication, SQL Server CDC and YugabyteDB (logical replication or its CDC service) to "
+        "Debezium-compatible change "
         "events, run on Spark.",
         "versions": [__version__],
         "integrations": [
@@ -113,7 +125,7 @@ def get_provider_info() -> dict:
                 "hook-class-name": "airflow_provider_cdc.hooks.yugabyte_cdc.YugabyteCdcHook",
                 "hook-name": "YugabyteDB (change capture)",
                 "connection-type": "yugabytedb_cdc",
-                "conn-fields": _LIBPQ_FIELDS,
+                "conn-fields": _YUGABYTE_FIELDS,
                 "ui-field-behaviour": _YUGABYTE_BEHAVIOUR,
             },
         ],

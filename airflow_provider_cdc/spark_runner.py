@@ -41,7 +41,10 @@ def run_submitted(
     conf: dict[str, str],
     application: str | None = None,
 ) -> CommitEntry:
-    secrets = {spec.connection.password_env: spec.connection.password} if spec.connection.password is not None else {}
+    connection = getattr(spec, "connection", None)  # the CDC-service source has none: no password to pass
+    secrets = (
+        {connection.password_env: connection.password} if getattr(connection, "password", None) is not None else {}
+    )
     if spec.options.table_catalog_secret is not None:
         from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
 

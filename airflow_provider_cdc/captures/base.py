@@ -258,6 +258,12 @@ class Capture(ABC):
         """Why this capture cannot run incremental snapshots as configured (None: it can)."""
         return None
 
+    def retention_ms(self) -> int | None:
+        """How long the source keeps unread changes for this capture, where it expires them by time
+        (YugabyteDB's intent retention); None where retention is not a time (setup compares it with
+        the DAG's schedule)."""
+        return None
+
     @property
     def signal_table_ref(self) -> TableRef | None:
         return None if self.signal_table is None else TableRef.coerce(self.signal_table, self.NAMES)

@@ -126,6 +126,9 @@ class YugabyteCapture(PostgresCapture):
 
         return YugabyteCdcHook(self.postgres_conn_id)
 
+    def retention_ms(self) -> int | None:
+        return self.intent_retention_ms
+
     def incremental_unavailable(self) -> str | None:
         return (
             "incremental snapshots are not available on YugabyteDB yet (its transaction ids are per-slot "

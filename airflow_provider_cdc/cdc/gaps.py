@@ -18,7 +18,17 @@ import pyarrow as pa
 #: PostgreSQL: the slot is gone, its WAL was removed, or it moved past the offset; SQL Server: the
 #: cleanup job purged unread change rows, or a capture instance was disabled; YugabyteDB: the slot
 #: was not read within the intent retention and expired.
-GAP_REASONS = ("slot_missing", "wal_lost", "slot_ahead", "changes_purged", "instance_missing", "slot_expired")
+GAP_REASONS = (
+    "slot_missing",
+    "wal_lost",
+    "slot_ahead",
+    "changes_purged",
+    "instance_missing",
+    "slot_expired",
+    "stream_missing",  # YugabyteDB CDC service: the stream was deleted
+    "stream_expired",  # ... not read for cdc_intent_retention_ms
+    "stream_replaced",  # ... a new stream replaces the one the checkpoints belong to
+)
 
 GAP_SCHEMA = pa.schema(
     [

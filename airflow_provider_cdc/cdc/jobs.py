@@ -35,6 +35,10 @@ _SOURCES = {
         "airflow_provider_cdc.cdc.sources.yugabyte.spec:YugabyteJobSpec",
         "airflow_provider_cdc.cdc.sources.yugabyte.jobs:run_job",
     ),
+    "yugabytedb_grpc": (
+        "airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec:YbCdcJobSpec",
+        "airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs:run_job",
+    ),
 }
 
 

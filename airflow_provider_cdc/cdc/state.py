@@ -375,13 +375,16 @@ def _position(seq: Any, phase: Any, lsn: Any, order: Any) -> Any:
 
 
 def _sortable_commit(events: Any) -> Any:
-    """``source.commit_lsn`` as text that sorts like the position: PostgreSQL's is a number (padded
-    to 20 digits), SQL Server's Debezium's fixed-width ``vlf:block:slot`` hexadecimal text."""
+    """The commit position as text that sorts like the position: PostgreSQL's ``commit_lsn`` is a
+    number (padded to 20 digits), SQL Server's Debezium's fixed-width ``vlf:block:slot``
+    hexadecimal text; the YugabyteDB gRPC connector's block names it ``commit_time`` (a hybrid time)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    column = F.col("source.commit_lsn")
-    if isinstance(events.schema["source"].dataType["commit_lsn"].dataType, StringType):
+    names = events.schema["source"].dataType.fieldNames()
+    name = "commit_lsn" if "commit_lsn" in names else "commit_time"
+    column = F.col(f"source.{name}")
+    if isinstance(events.schema["source"].dataType[name].dataType, StringType):
         return column
     return F.lpad(column.cast("string"), 20, "0")
 

@@ -122,7 +122,57 @@ class CdcSetupOperator(CdcCaptureOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         with fail_fast_on_terminal_errors(self.capture):
+            check_schedule_within_retention(self.capture, getattr(self, "dag", None))
             return self.capture.setup(self.log)
+
+
+def schedule_gap_ms(dag: Any, runs: int = 8) -> int | None:
+    """The longest gap between consecutive scheduled runs of ``dag`` (over ``runs`` runs from a
+    fixed date), or None for a DAG without a periodic schedule or a timetable that cannot say."""
+    timetable = getattr(dag, "timetable", None)
+    try:
+        if timetable is not None and not hasattr(timetable, "next_dagrun_info"):
+            # Airflow 3.2's DAG files hold the SDK's timetable definitions: the scheduler's own
+            # timetable (the one that steps through runs) is their decoded serialization.
+            from airflow.serialization.decoders import decode_timetable
+            from airflow.serialization.encoders import encode_timetable
+
+            timetable = decode_timetable(encode_timetable(timetable))
+        if timetable is None or not getattr(timetable, "periodic", False):
+            return None
+        from itertools import pairwise
+
+        import pendulum
+        from airflow.timetables.base import TimeRestriction
+
+        restriction = TimeRestriction(earliest=pendulum.datetime(2025, 1, 6, tz="UTC"), latest=None, catchup=True)
+        times, interval = [], None
+        for _ in range(runs):
+            info = timetable.next_dagrun_info(last_automated_data_interval=interval, restriction=restriction)
+            if info is None:
+                break
+            times.append(info.run_after)
+            interval = info.data_interval
+    except Exception:  # a custom timetable we cannot step through: no check rather than a failed setup
+        return None
+    gaps = [int((b - a).total_seconds() * 1000) for a, b in pairwise(times)]
+    return max(gaps) if gaps else None
+
+
+def check_schedule_within_retention(capture: Capture, dag: Any) -> None:
+    """Refuse a schedule whose runs are further apart than the source keeps unread changes (the
+    stream or slot would expire between two runs that both succeed)."""
+    retention = capture.retention_ms()
+    gap = None if retention is None else schedule_gap_ms(dag)
+    if retention is None or gap is None or gap < retention:
+        return
+    raise CdcConfigurationError(
+        f"DAG {dag.dag_id!r} runs as much as {gap / 3_600_000:.2f} h apart, but {capture.SOURCE_NAME} expires "
+        f"changes not read for {retention / 3_600_000:.2f} h (intent_retention_ms={retention}, the server's "
+        "cdc_intent_retention_ms): every run would find the stream expired. Schedule the DAG more often than "
+        "the retention (hourly is typical), or raise cdc_intent_retention_ms on the cluster and "
+        "intent_retention_ms on the capture"
+    )
 
 
 class _WindowOperator(CdcCaptureOperator):

@@ -64,3 +64,72 @@ class YugabyteCdcSlotHealthOperator(CdcCaptureOperator):
             raise AirflowFailException(f"capture {capture.topic_prefix}: {health.message}")
         self.log.info("capture %s: %s", capture.topic_prefix, health.message)
         return health.to_dict()
+
+
+class YugabyteCdcStreamHealthOperator(CdcCaptureOperator):
+    """Fail *before* YugabyteDB expires the CDC stream of a :class:`YugabyteCdcServiceCapture`.
+
+    Reports (XCom) whether the stream exists and serves the capture, the time since a window last
+    read it, the fraction of the intent retention (``capture.intent_retention_ms``) used and the
+    time left before expiry; fails (so Airflow's alerting fires) when the stream is gone or
+    unusable, or at ``max_retention_fraction`` of the retention. An expired stream cannot be
+    revived: a new stream and a re-snapshot (``snapshot_mode='when_needed'``) follow.
+
+    :param capture: the CDC-service capture
+    :param max_retention_fraction: fail at this fraction of the retention (default 0.5)
+    """
+
+    template_fields: Sequence[str] = ("max_retention_fraction",)
+    ui_color = "#ffe9c9"
+
+    def __init__(self, *, capture: Any, max_retention_fraction: float = 0.5, **kwargs: Any) -> None:
+        from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
+
+        if not isinstance(capture, YugabyteCdcServiceCapture):
+            raise CdcConfigurationError(f"capture must be a YugabyteCdcServiceCapture, got {type(capture).__name__}")
+        super().__init__(capture=capture, **kwargs)
+        self.max_retention_fraction = max_retention_fraction
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_cdc.cdc.sources.yugabyte.health import check_fraction, expiry_problems
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
+
+        capture = self.capture
+        fraction = float(self.max_retention_fraction)
+        check_fraction(fraction)
+        with fail_fast_on_terminal_errors(capture):
+            offset = load_offset(capture.store(), capture.topic_prefix, capture.OFFSET_TYPE)
+            hook = capture.hook()
+            with hook.session() as conn:
+                ids = admin.database_ids(conn, capture.resolve_tables(conn))
+            with hook.cdc_client(capture.stream_id) as client:
+                status = admin.stream_status(client)
+        stream = f"CDC stream {capture.stream_id}"
+        problems = admin.stream_problems(status, ids, capture.stream_id)
+        if offset is not None and offset.stream_id not in (None, capture.stream_id):
+            problems.append(f"the stored checkpoints belong to stream {offset.stream_id}: a re-snapshot is due")
+        found, metrics = expiry_problems(
+            stream,
+            last_read_ms=None if offset is None else offset.last_read_ms,
+            retention_ms=capture.intent_retention_ms,
+            now_ms=int(time.time() * 1000),
+            max_retention_fraction=fraction,
+        )
+        problems += found
+        report = {
+            "stream_id": capture.stream_id,
+            "healthy": not problems,
+            "problems": problems,
+            **({} if status is None else {"stream": status.to_dict()}),
+            **metrics,
+        }
+        if problems:
+            raise AirflowFailException(f"capture {capture.topic_prefix}: " + "; ".join(problems))
+        left = metrics.get("ms_to_expiry")
+        self.log.info(
+            "capture %s: %s healthy%s",
+            capture.topic_prefix,
+            stream,
+            "" if left is None else f", {left / 3_600_000:.2f} h to expiry",
+        )
+        return report

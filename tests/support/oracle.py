@@ -31,7 +31,9 @@ def ordered(events: Iterable[dict]) -> list[dict]:
         if event["op"] == "r" and not incremental(event):
             return (event["window_id"], 0, 0)
         order = event["transaction"]["total_order"] if event["transaction"] else 0
-        return (event["window_id"], event["source"]["commit_lsn"] or 0, order)
+        source = event["source"]  # the YugabyteDB gRPC connector's block names the position commit_time
+        commit = source["commit_lsn"] if "commit_lsn" in source else source.get("commit_time")
+        return (event["window_id"], commit or 0, order)
 
     return sorted(events, key=key)
 

@@ -101,3 +101,25 @@ for name in {CORE_MODULES!r}:
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("airflow_provider_cdc.cdc.sources."))))
 """
     assert json.loads(run_python(code)) == []
+
+
+def test_yugabytedb_cdc_service_example_dag_parses_without_spark_or_protobuf():
+    code = f"""
+import importlib.util, json, sys
+path = {str(ROOT / "dags/examples/yugabytedb_cdc_service_hourly.py")!r}
+spec = importlib.util.spec_from_file_location("example", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps({{"heavy": sorted(m for m in sys.modules if m.startswith(("pyspark", "py4j", "google.protobuf"))),
+                   "tasks": sorted(module.dag.task_ids)}}))
+"""
+    result = json.loads(run_python(code))
+    assert result["heavy"] == []
+    assert result["tasks"] == [
+        "capture_window",
+        "current_state",
+        "interval_committed",
+        "setup",
+        "snapshot",
+        "stream_health",
+    ]

@@ -68,8 +68,11 @@ class CdcService:
         tablet_id = req.tablet_id.decode()
         with self.cluster.lock:
             stream, state = self._stream_tablet(stream_id, tablet_id, CDC.INVALID_REQUEST)
-            if state.split_reported:
-                raise tablet_split(tablet_id)
+            # A split already reported is not refused here: YB erases the parent's entry from its
+            # cache, but CheckTabletValidForStream fills it again from the master's tablet list,
+            # hidden parents included, so the parent serves a request from before its split again
+            # (records up to the split, then TABLET_SPLIT). YB answers TABLET_SPLIT at once only
+            # once the hidden parent is deleted, which the stand-in never does.
             tablet = self._serving(server, tablet_id, req.serve_as_proxy, _not_leader)
             if self.cluster.expired(state):
                 raise expired(stream_id, tablet_id)
@@ -169,6 +172,10 @@ class CdcService:
         count, next_ht = 0, None
         for op in tablet.ops[tablet.position(needed) :]:
             if op.kind == "split":
+                # YB: the safe time of a response that reaches the split op is that op's hybrid
+                # time (the last WAL message read, have_more_messages), not the cluster's: the
+                # parent vouches for nothing after its split.
+                next_ht = op.ht + 1
                 break
             if count >= limit:
                 next_ht = op.ht

@@ -10,27 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
+# The id layout is a fact of YB's (entity_ids.cc): one implementation, the product's.
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.ids import namespace_id, table_id  # noqa: F401
+
 #: yb_hash_code's range: tablets split [0, 65536) into [start, end) ranges.
 HASH_SPACE = 65536
-
-
-def namespace_id(database_oid: int) -> str:
-    """``GetPgsqlNamespaceId``: the database oid in a nil UUID, version 3, variant 1."""
-    return _pg_uuid(database_oid, 0)
-
-
-def table_id(database_oid: int, table_oid: int) -> str:
-    """``GetPgsqlTableId`` for a user table (no PG-version byte)."""
-    return _pg_uuid(database_oid, table_oid)
-
-
-def _pg_uuid(database_oid: int, table_oid: int) -> str:
-    data = bytearray(16)
-    data[0:4] = database_oid.to_bytes(4, "big")
-    data[12:16] = table_oid.to_bytes(4, "big")
-    data[8] = (data[8] & 0xBF) | 0x80  # RFC 4122 variant
-    data[6] = (data[6] & 0x0F) | 0x30  # version 3, "repurposed to embed Postgres oids"
-    return data.hex()
 
 
 def stable_id(*parts: object) -> str:

@@ -9,7 +9,9 @@ Built on :class:`~.protocol.client.RpcConnection` (one blocking connection per s
 - **Tablet leaders** are cached from the locations and looked up again (``GetTabletLocations``)
   when a call says the leader moved (the error's ``rediscover``).
 - **Retries** are bounded with exponential backoff, for what the protocol layer marks
-  ``retriable`` (leader changes, not ready, busy, connection lost); then, and for every other error,
+  ``retriable`` (leader changes, not ready, busy, connection lost), except ``TABLET_SPLIT``: asking
+  a split tablet again cannot help, its caller must go on with the children
+  (:meth:`YbCdcClient.split_children`); then, and for every other error,
   the product's error classes (:func:`product_error`): the stream or a checkpoint being gone is a
   state error, a request the server refuses a configuration error, exhausted retries
   :class:`~cdc.errors.CdcTransientError`.
@@ -31,14 +33,13 @@ from google.protobuf.message import Message
 from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
     CdcError,
-    CdcStateError,
     CdcTransientError,
     DecodingError,
     SlotMissingError,
     WalLostError,
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors as rpc
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 M = TypeVar("M", bound=Message)
-
-
-class TabletSplitError(CdcStateError):
-    """A tablet of the window was split: the stream's tablets must be re-planned (its children)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,8 @@ class YbCdcClient:
             try:
                 return attempt_once(attempt)
             except rpc.YbRpcError as error:
-                if not error.retriable or attempt + 1 >= self._retry.attempts:
+                final = not error.retriable or isinstance(error, rpc.TabletSplit)
+                if final or attempt + 1 >= self._retry.attempts:
                     raise product_error(error, what) from None
                 log.info("%s: %s; retrying (attempt %d)", what, error, attempt + 1)
                 self._sleep(self._retry.delay(attempt))
@@ -305,6 +303,50 @@ class YbCdcClient:
             return response
 
         return fetch
+
+    def split_children(self, parent: str, table_ids: Iterable[str]) -> dict[str, Checkpoint]:
+        """The children of the split tablet ``parent``, each with the checkpoint it starts from.
+
+        ``GetTabletListToPollForCDC`` with the parent's id, as the connector's ``handleTabletSplit``:
+        YB lists the parent's children (``split_parent_tablet_id``), each with its own ``cdc_state``
+        checkpoint when that is valid, else the parent's (``cdc_service.cc``). The children's logs
+        continue after the parent's split op, so either start reads a child from its first change.
+        Only the op id (term, index) is kept: that is what ``cdc_state`` holds; the rest of the
+        message (a snapshot time filled from the row's safe time) is no streaming position, YB
+        ignores it in a streaming request, and dropping it keeps a retried window's positions equal.
+        The request names a table of the parent (``table_info``); the first of ``table_ids`` that
+        lists children is used. Any tablet server answers: the call goes to the parent's leader,
+        which the split was just heard from. The master lists both children once the split is done;
+        until then (fewer than two) the call is repeated with the retry policy's backoff, as the
+        connector retries until two arrive. The children's leaders are remembered from the answer.
+        """
+        tables = list(dict.fromkeys(table_ids))
+        if not tables:
+            raise CdcConfigurationError(f"tablet {parent}: no table of the stream to ask for its split children")
+        what = f"GetTabletListToPollForCDC of split tablet {parent} (stream {self.stream_id})"
+        found: dict[str, Checkpoint] = {}
+        for attempt in range(self._retry.attempts):
+            for table_id in tables:
+                request = pb.GetTabletListToPollForCDCRequestPB(
+                    table_info=pb.TableInfo(stream_id=self.stream_id.encode(), table_id=table_id.encode()),
+                    tablet_id=parent.encode(),
+                )
+                response = self._tablet_call(parent, methods.GET_TABLET_LIST_TO_POLL, request, what)
+                found = {}
+                for pair in response.tablet_checkpoint_pairs:
+                    location = pair.tablet_locations
+                    if location.split_parent_tablet_id and location.split_parent_tablet_id.decode() != parent:
+                        continue  # not a child of this parent (YB lists only children; checked all the same)
+                    checkpoint = pair.cdc_sdk_checkpoint
+                    found[location.tablet_id.decode()] = Checkpoint(checkpoint.term, checkpoint.index)
+                    self._remember_leader(location)
+                if len(found) >= 2:
+                    log.info("tablet %s was split into %s", parent, ", ".join(sorted(found)))
+                    return found
+            if attempt + 1 < self._retry.attempts:
+                log.info("%s: %d children listed so far; asking again", what, len(found))
+                self._sleep(self._retry.delay(attempt))
+        raise CdcTransientError(f"{what}: the split's children are not listed (found {sorted(found)})")
 
     def set_checkpoints(self, checkpoints: TabletCheckpoints) -> None:
         """Store each polled tablet's checkpoint on the server (``SetCDCCheckpoint``): only after

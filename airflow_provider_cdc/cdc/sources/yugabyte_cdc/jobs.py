@@ -6,6 +6,11 @@ order, :class:`~.collector.YbCdcWindowCollector` the sink's chunks. The commit e
 the tablets' end positions as ``source_state`` (:func:`~.offset.source_state`), which the core
 copies into the offset. Nothing is stored on the server here: ``SetCDCCheckpoint``
 (:meth:`~.client.YbCdcClient.set_checkpoints`) follows the commit and the offset save.
+
+A tablet split before or during the window answers ``TABLET_SPLIT`` after its last records: the
+merge hands it over to its children (:class:`_StreamTablets`, the merge's module docstring), and the
+end state records the split (:meth:`~.checkpoints.TabletCheckpoints.split`) with the children's end
+positions, so the next window reads the children only.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext
 from airflow_provider_cdc.cdc.sources.postgres.jobs import topics_of
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YbCdcWindowCollector
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import Pages, WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_pages
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_until_split
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 
@@ -40,7 +46,9 @@ def run_job(spec: YbCdcJobSpec, spark_provider: SparkProvider | None = None) -> 
 
 
 def _run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
-    raise CdcConfigurationError("snapshots through the YugabyteDB CDC service are not implemented yet")
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot import run_snapshot
+
+    return run_snapshot(spec, spark_provider)
 
 
 class IdleWait:
@@ -63,6 +71,61 @@ class IdleWait:
         time.sleep(self.interval)
 
 
+class _StreamTablets:
+    """The pages of a stream window's tablets, and the hand-over of a split tablet to its children
+    (the merge's ``on_split``)."""
+
+    def __init__(self, client: YbCdcClient, spec: YbCdcJobSpec, end_ht: int) -> None:
+        self._client, self._end_ht = client, end_ht
+        self._idle_timeout = spec.options.idle_timeout_seconds
+        self._table_ids = {tablet: state.table_ids for tablet, state in spec.tablets.items()}
+        self._stream_table_ids: tuple[str, ...] | None = None
+
+    def pages(self, tablet_id: str, start: TabletPosition, *, explicit: Checkpoint | None) -> Pages:
+        """The tablet's pages from ``start`` up to the window end, ending early at a split.
+        ``explicit``: the checkpoint sent as acknowledged (an EXPLICIT stream keeps what follows)."""
+        fetch = self._client.fetcher(tablet_id, explicit=explicit)
+        return poll_until_split(fetch, start, self._end_ht, on_idle=IdleWait(tablet_id, self._idle_timeout))
+
+    def children(self, parent: str, at: TabletPosition) -> dict[str, tuple[TabletPosition, Pages]]:
+        """The children of ``parent``, which answered ``TABLET_SPLIT`` when asked from ``at``: each
+        from the checkpoint the server gives (``GetTabletListToPollForCDC``), with no safe time, as
+        the connector's ``handleTabletSplit``. A checkpoint YB calls invalid (term or index not
+        positive: neither the child's nor the parent's ``cdc_state`` row set) is replaced by the
+        parent's last position, which also lies before the children's first op.
+
+        The children are polled without an explicit checkpoint: nothing of theirs is committed yet.
+        YB then leaves their ``cdc_state`` rows as the split set them (holding their whole log), and
+        ``GetTabletListToPollForCDC`` goes on giving the parent's checkpoint for them, so a retry of
+        this window starts the children where this run did (a child's own checkpoint, once set,
+        would be a later position). The next window sends the children's committed checkpoints."""
+        table_ids = self._table_ids.get(parent) or self._all_table_ids()
+        found = self._client.split_children(parent, table_ids)
+        children: dict[str, tuple[TabletPosition, Pages]] = {}
+        for child, checkpoint in sorted(found.items()):
+            if checkpoint.term <= 0 or checkpoint.index <= 0:
+                checkpoint = Checkpoint(at.checkpoint.term, at.checkpoint.index)
+            start = TabletPosition(checkpoint)
+            self._table_ids[child] = tuple(table_ids)
+            children[child] = (start, self.pages(child, start, explicit=None))
+        log.info("tablet %s was split: reading %s from here on", parent, ", ".join(children))
+        return children
+
+    def _all_table_ids(self) -> tuple[str, ...]:
+        """The stream's tables, for a tablet whose tables the offset does not name (a Debezium offset)."""
+        if self._stream_table_ids is None:
+            self._stream_table_ids = self._client.stream_tables()[1]
+        return self._stream_table_ids
+
+
+def end_state(tablets: TabletCheckpoints, merge: WindowMerge) -> TabletCheckpoints:
+    """The stream's tablets after the window: each split recorded in the order found (a child split
+    in turn comes after its parent), then every tablet read moved to its end position."""
+    for parent, children in merge.splits:
+        tablets = tablets.split(parent, children)
+    return tablets.advanced(merge.end_positions)
+
+
 def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
     window = spec.window
     assert window.from_lsn is not None and window.to_lsn is not None
@@ -80,16 +143,19 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         record_type = spec.record_type_value
         if record_type is None:
             record_type = client.record_type()
+        tablets = _StreamTablets(client, spec, to_ht - 1)
         pages = {
-            tablet: poll_pages(
-                client.fetcher(tablet, explicit=position.checkpoint),  # the committed checkpoint
-                position,
-                to_ht - 1,
-                on_idle=IdleWait(tablet, spec.options.idle_timeout_seconds),
-            )
+            tablet: tablets.pages(tablet, position, explicit=position.checkpoint)  # the committed checkpoint
             for tablet, position in start.items()
         }
-        merge = WindowMerge(from_ht=from_ht, to_ht=to_ht, tablets=pages, start=start, data_collection=data_collection)
+        merge = WindowMerge(
+            from_ht=from_ht,
+            to_ht=to_ht,
+            tablets=pages,
+            start=start,
+            data_collection=data_collection,
+            on_split=tablets.children,
+        )
         log.info("reading %s from stream %s (%d tablets)", window.describe(), spec.stream_id, len(start))
         sink = ParquetSink.for_spec(spec, spark_provider)
         writer = sink.open_window(window, topics_of(spec, spec.tables))
@@ -112,7 +178,7 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         finally:
             writer.close()
         read_ms = int(time.time() * 1000)  # polling restarts the stream's expiry timer
-    ends = spec.tablets.advanced(merge.end_positions)
+    ends = end_state(spec.tablets, merge)
     merged = merge.stats
     return stats.commit(
         writer,
@@ -120,9 +186,9 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         filtered_changes=merged.filtered_changes,
         earlier_skipped=merged.earlier_skipped,
         resent_skipped=merged.resent_skipped,
-        source_state=source_state(ends, last_read_ms=read_ms),
+        source_state=source_state(ends, stream_id=spec.stream_id, last_read_ms=read_ms),
         **recorded_run(spec),
     )
 
 
-__all__ = ["IdleWait", "run_job"]
+__all__ = ["IdleWait", "end_state", "run_job"]

@@ -39,6 +39,23 @@ window starts, before the cut:
   so the next window starts exactly with the cut transaction;
 - no cut: the last page's response position (checkpoint, safe time, WAL segment index).
 
+**Splits.** A split tablet (the parent) serves its records up to the split, then answers
+``TABLET_SPLIT`` (its pages end with a :class:`~.pages.Split`). Its two children hold disjoint
+halves of its hash range and their logs continue after the parent's split op, so every change of the
+range is in exactly one of: the parent's records (committed at or before the split op's hybrid time)
+or one child's (committed after it). The reader of the parent ends there (the tablet is finished for
+the watermark); the merge asks ``on_split`` for the children, their start positions and pages, and
+adds a reader for each, which the watermark then waits on like any other tablet. Nothing is doubled:
+the two sources are disjoint WAL ops. Nothing is lost or misordered: a transaction was emitted only
+once the parent was past it, by a later head (a pre-split record) or by its safe time (which never
+passes the split op, the last op of its log), so everything emitted so far is committed at or before
+the split and every record of the children comes after it. The children start without a safe time
+(as the connector polls them, "with the time unset"): nothing of theirs was taken before, so none of
+their records may be skipped as sent before; if a server ever sent a child's record at or before a
+transaction already emitted, the order check fails the window instead of dropping it. The window's
+splits, in the order found (a child can split again), are :attr:`WindowMerge.splits`; the children's
+end positions are in :attr:`WindowMerge.end_positions`, the parent's are not (it is not read again).
+
 **Sent again.** Records committed before ``from_ht`` (the tail of a transaction a previous window
 took, re-sent from a mid-transaction checkpoint) and fragments a tablet sends twice (a response
 checkpoint can lag what it sent) are skipped. Op ids cannot tell them: YB's sorting makes WAL op ids
@@ -53,9 +70,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, Split, TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 Op = pb.RowMessage
@@ -118,6 +135,13 @@ Item = TxBegin | Change | TxEnd
 #: ``data_collection(row)``: the change's data collection, or None for a table not captured.
 DataCollection = Callable[[pb.RowMessage], str | None]
 
+#: A tablet's pages; a split tablet's end with a :class:`~.pages.Split` (:func:`~.pages.poll_until_split`).
+Pages = Iterable[Page | Split]
+
+#: ``on_split(parent, at)``: the children of ``parent``, which answered ``TABLET_SPLIT`` when asked
+#: from ``at``: child id → (the position it starts from, its pages from there).
+SplitHandler = Callable[[str, TabletPosition], Mapping[str, tuple[TabletPosition, Pages]]]
+
 
 def schema_table(row: pb.RowMessage) -> str:
     """The default data collection: ``<schema>.<table>`` as the record names them."""
@@ -131,6 +155,7 @@ class MergeStats:
     filtered_changes: int = 0  # changes of tables not captured (not numbered)
     earlier_skipped: int = 0  # records committed before the window, sent again
     resent_skipped: int = 0  # transaction parts a tablet sent twice within the window
+    splits: int = 0  # tablets that answered TABLET_SPLIT (handed over to their children)
     last_key: TxKey | None = None
 
 
@@ -140,7 +165,7 @@ class _TabletReader:
     def __init__(
         self,
         tablet_id: str,
-        pages: Iterable[Page],
+        pages: Pages,
         start: TabletPosition,
         *,
         from_ht: int,
@@ -159,6 +184,7 @@ class _TabletReader:
         self.watermark = max(from_ht - 1, start.safe_hybrid_time)
         self.head: TxKey | None = None
         self.end: TabletPosition | None = None
+        self.split: Split | None = None  # set when the tablet answered TABLET_SPLIT (then ``end`` too)
         self.schemas: dict[str, pb.RowMessage] = {}
         self._last: TxKey | None = None
         self._seen: set[TxKey] = set()  # keys consumed and still above the watermark
@@ -168,19 +194,30 @@ class _TabletReader:
 
     # -- records -----------------------------------------------------------------------------
 
-    def _take(self) -> pb.CDCSDKProtoRecordPB | None:
-        """The next record, or None at the end of a page (whose safe time then applies)."""
+    def _take(self, *, inside: bool = False) -> pb.CDCSDKProtoRecordPB | None:
+        """The next record, or None at the end of a page (whose safe time then applies) and at a
+        split (the tablet has then ended). ``inside``: a transaction is open, where a split cannot be
+        (YB splits after the parent's last op; its records up to the split are complete)."""
         if self._pending:
             return self._pending.popleft()
         page = self._page
         if page is None:
-            page = next(self._pages, None)
-            if page is None:
+            item = next(self._pages, None)
+            if item is None:
                 where = f"inside transaction {self.head}" if self.head is not None else "before the window end"
                 raise DecodingError(
                     f"tablet {self.tablet_id}: its changes ended {where} (safe time {self.watermark}, "
                     f"window end {self._end_ht})"
                 )
+            if isinstance(item, Split):
+                if inside:
+                    raise DecodingError(
+                        f"tablet {self.tablet_id}: TABLET_SPLIT inside a transaction (asked from {item.at.checkpoint})"
+                    )
+                self.split = item
+                self._finish(item.at)
+                return None
+            page = item
             self._page, self._i = page, 0
         if self._i < len(page.records):
             self._i += 1
@@ -221,7 +258,7 @@ class _TabletReader:
                 return
             record = self._take()
             if record is None:
-                if self.watermark >= self._end_ht:
+                if self.end is None and self.watermark >= self._end_ht:
                     assert self._last_page is not None
                     self._finish(self._last_page.next_position)
                 continue
@@ -276,7 +313,7 @@ class _TabletReader:
         """The WAL op id of a single-shard write: its first record that has one (looked ahead)."""
         looked: list[pb.CDCSDKProtoRecordPB] = []
         while True:
-            record = self._take()
+            record = self._take(inside=True)
             if record is None:
                 continue  # YB never splits one write over responses; tolerated all the same
             looked.append(record)
@@ -328,7 +365,7 @@ class _TabletReader:
         """The change records of the transaction ``key`` up to its COMMIT (schema records inside
         it applied, page boundaries crossed)."""
         while True:
-            record = self._take()
+            record = self._take(inside=True)
             if record is None:
                 continue
             row = record.row_message
@@ -365,41 +402,59 @@ def _op_name(row: pb.RowMessage) -> str:
 
 
 class WindowMerge:
-    """The transactions of one window across tablets; iterate once, then read :attr:`end_positions`.
+    """The transactions of one window across tablets; iterate once, then read :attr:`end_positions`
+    and :attr:`splits`.
 
     ``tablets``: tablet id → its pages (lazy: read only as far as needed); ``start``: tablet id →
     the position those pages start from (a tablet whose safe time is already past the window end
     is not read). ``data_collection`` names each change's data collection, or None for a table
-    that is not captured (its changes are dropped and not numbered; the default keeps all)."""
+    that is not captured (its changes are dropped and not numbered; the default keeps all).
+    ``on_split`` gives the children of a tablet whose pages end with a :class:`~.pages.Split`
+    (see the module docstring); without it such a tablet fails the window."""
 
     def __init__(
         self,
         *,
         from_ht: int,
         to_ht: int,
-        tablets: Mapping[str, Iterable[Page]],
+        tablets: Mapping[str, Pages],
         start: Mapping[str, TabletPosition],
         data_collection: DataCollection = schema_table,
+        on_split: SplitHandler | None = None,
     ):
         if to_ht < from_ht:
             raise ValueError(f"window ends ({to_ht}) before it starts ({from_ht})")
         if set(tablets) != set(start):
             raise ValueError(f"tablets {sorted(set(tablets) ^ set(start))} lack pages or a start position")
         self.stats = MergeStats()
+        self._from, self._to = from_ht, to_ht
         self._data_collection = data_collection
-        self._readers = [
-            _TabletReader(tablet, tablets[tablet], start[tablet], from_ht=from_ht, to_ht=to_ht, stats=self.stats)
-            for tablet in sorted(tablets)
-        ]
+        self._on_split = on_split
+        self._readers = [self._reader(tablet, tablets[tablet], start[tablet]) for tablet in sorted(tablets)]
+        self._splits: list[tuple[str, dict[str, TabletPosition]]] = []
         self._iterated = False
 
-    @property
-    def end_positions(self) -> dict[str, TabletPosition]:
-        """Each tablet's position after the window: where the next window starts."""
+    def _reader(self, tablet_id: str, pages: Pages, start: TabletPosition) -> _TabletReader:
+        return _TabletReader(tablet_id, pages, start, from_ht=self._from, to_ht=self._to, stats=self.stats)
+
+    def _check_finished(self) -> None:
         unfinished = [r.tablet_id for r in self._readers if r.end is None]
         if unfinished:
             raise RuntimeError(f"the window has not been read to its end (tablets {', '.join(unfinished)})")
-        return {r.tablet_id: r.end for r in self._readers if r.end is not None}
+
+    @property
+    def end_positions(self) -> dict[str, TabletPosition]:
+        """Each tablet's position after the window: where the next window starts. A tablet that was
+        split in the window is not in it (its children are)."""
+        self._check_finished()
+        return {r.tablet_id: r.end for r in self._readers if r.end is not None and r.split is None}
+
+    @property
+    def splits(self) -> tuple[tuple[str, dict[str, TabletPosition]], ...]:
+        """The tablets split in the window, in the order found: (parent, child → its start position).
+        A child split in turn comes after its parent's entry."""
+        self._check_finished()
+        return tuple((parent, dict(children)) for parent, children in self._splits)
 
     def __iter__(self) -> Iterator[Item]:
         if self._iterated:
@@ -435,10 +490,12 @@ class WindowMerge:
             stats.last_key = key
 
     def _settle(self) -> TxKey | None:
-        """Read tablets until every one is past the smallest head; that head (None: all ended)."""
+        """Read tablets until every one is past the smallest head; that head (None: all ended). A
+        tablet that ends with a split is replaced by its children here, before any bound is taken
+        without them."""
         while True:
             progressed = False
-            for reader in self._readers:
+            for reader in list(self._readers):
                 if reader.head is not None or reader.end is not None:
                     continue
                 bound = self._bound()
@@ -446,8 +503,35 @@ class WindowMerge:
                     continue  # its next transaction comes after the smallest head
                 reader.advance(None if bound is None else bound.commit_time)
                 progressed = True
+                if reader.split is not None:
+                    self._hand_over(reader, reader.split)
             if not progressed:
                 return self._bound()
+
+    def _hand_over(self, parent: _TabletReader, split: Split) -> None:
+        """The split ``parent``'s children join the merge, each from the position ``on_split``
+        gives. They keep the parent's table schemas until their own DDL records come (the children
+        hold the parent's tables; YB sends a child's schema with its first response)."""
+        if self._on_split is None:
+            raise TabletSplitError(f"tablet {parent.tablet_id} was split (asked from {split.at.checkpoint})")
+        children = dict(self._on_split(parent.tablet_id, split.at))
+        if len(children) < 2:
+            raise CdcStateError(f"tablet {parent.tablet_id} was split into {sorted(children)}: two children expected")
+        known = sorted(set(children) & {r.tablet_id for r in self._readers})
+        if known:
+            raise CdcStateError(
+                f"tablet {parent.tablet_id} was split into {', '.join(sorted(children))}, but "
+                f"{', '.join(known)} is read in this window already"
+            )
+        starts: dict[str, TabletPosition] = {}
+        for child, (position, pages) in sorted(children.items()):
+            reader = self._reader(child, pages, position)
+            reader.schemas = dict(parent.schemas)
+            self._readers.append(reader)
+            starts[child] = position
+        self._readers.sort(key=lambda r: r.tablet_id)  # a transaction's parts are numbered in tablet-id order
+        self._splits.append((parent.tablet_id, starts))
+        self.stats.splits += 1
 
     def _bound(self) -> TxKey | None:
         heads = [r.head for r in self._readers if r.head is not None]
@@ -461,6 +545,8 @@ __all__ = [
     "DataCollection",
     "Item",
     "MergeStats",
+    "Pages",
+    "SplitHandler",
     "TxBegin",
     "TxEnd",
     "TxKey",

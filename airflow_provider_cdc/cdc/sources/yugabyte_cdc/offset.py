@@ -5,9 +5,11 @@ gRPC connector where it has the concept (``YugabyteDBOffsetContext``, ``SourceIn
 ``ts_usec``, ``commit_time`` (the last captured transaction's commit hybrid time) and, per tablet,
 ``lsn`` (its ``OpId`` text, ``term:index:base64(key):write_id:time``); the next window's start is
 ``next_commit_ht`` and the snapshot's hybrid time ``snapshot_time`` (the name of the checkpoint
-field that carries it). The identity pins the stream: ``stream_id`` is the server-side reader (the
-core's "slot"), ``namespace_id`` the database's YB id (the stream's ``GetCDCDBStreamInfo``), and
-``database`` its name, so an offset of another stream or database is refused.
+field that carries it). The identity pins the database: ``namespace_id`` is its YB id (what the
+stream's ``GetCDCDBStreamInfo`` names) and ``database`` its name, so an offset of another database
+is refused. The stream is not part of the identity: a stream that expired is replaced by a new
+one, which the capture re-snapshots from (the lost-WAL policy); its id is source state
+(``source_state.stream_id``), and a stream window refuses tablet checkpoints of another stream.
 
 The tablets' checkpoints are the source's state the core carries from each window's commit-log
 entry into the offset (``extra.source_state``, as SQL Server keeps its capture instances): a
@@ -36,11 +38,13 @@ YB_CDC_OFFSET = OffsetFormat(
         "tx_id": "txId",
         "snapshot_lsn": "snapshot_time",
         "system_identifier": "namespace_id",
-        "slot_name": "stream_id",
     },
+    slot=False,
 )
 SOURCE_STATE = "source_state"
 TABLETS = "tablets"
+STREAM_ID = "stream_id"
+LAST_READ_MS = "last_read_ms"
 
 __all__ = [
     "CONNECTOR",
@@ -52,10 +56,10 @@ __all__ = [
 ]
 
 
-def source_state(tablets: TabletCheckpoints, **extra: Any) -> dict[str, Any]:
-    """What a window's job returns as ``stats["source_state"]``: the tablets where the next window
-    starts (plus anything else the source keeps, e.g. when the stream was last read)."""
-    return {**extra, TABLETS: tablets.to_json()}
+def source_state(tablets: TabletCheckpoints, *, stream_id: str, **extra: Any) -> dict[str, Any]:
+    """What a window's job returns as ``stats["source_state"]``: the stream and the tablets where
+    the next window starts (plus anything else the source keeps, e.g. when the stream was last read)."""
+    return {**extra, STREAM_ID: stream_id, TABLETS: tablets.to_json()}
 
 
 class YbCdcOffset(CaptureOffset):
@@ -65,7 +69,15 @@ class YbCdcOffset(CaptureOffset):
 
     @property
     def stream_id(self) -> str | None:
-        return self.identity.slot_name
+        """The stream the tablets' checkpoints belong to (None before the first window)."""
+        value = (self.extra.get(SOURCE_STATE) or {}).get(STREAM_ID)
+        return None if value is None else str(value)
+
+    @property
+    def last_read_ms(self) -> int | None:
+        """When a window last read the stream (its expiry timer restarts on every read)."""
+        value = (self.extra.get(SOURCE_STATE) or {}).get(LAST_READ_MS)
+        return None if value is None else int(value)
 
     @property
     def last_commit_ht(self) -> int | None:
@@ -80,10 +92,12 @@ class YbCdcOffset(CaptureOffset):
             raise InvalidOffsetError(f"offset field 'extra.{SOURCE_STATE}' must be an object, got {state!r}")
         return TabletCheckpoints.from_json(state.get(TABLETS))
 
-    def with_tablets(self, tablets: TabletCheckpoints) -> YbCdcOffset:
+    def with_tablets(self, tablets: TabletCheckpoints, stream_id: str | None = None) -> YbCdcOffset:
         """This offset with ``tablets`` as the stream's checkpoints (other source state kept)."""
         state = dict(self.extra.get(SOURCE_STATE) or {})
         state[TABLETS] = tablets.to_json()
+        if stream_id is not None:
+            state[STREAM_ID] = stream_id
         return replace(self, extra={**self.extra, SOURCE_STATE: state})
 
     @classmethod

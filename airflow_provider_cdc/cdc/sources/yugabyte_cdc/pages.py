@@ -12,8 +12,14 @@ the window (``cdcsdk_producer.cc``, ``GetChangesForCDCSDK``):
   ``>= E`` or a page holds a record committed after ``E``.
 
 :func:`poll_pages` requests pages from a start position until the tablet has passed the end. It
-only sequences calls: the RPC (leader discovery, retries, errors such as ``TABLET_SPLIT``) is the
-``fetch`` callable's, and so is waiting when a tablet has nothing new yet (``on_idle``).
+only sequences calls: the RPC (leader discovery, retries, errors) is the ``fetch`` callable's, and
+so is waiting when a tablet has nothing new yet (``on_idle``).
+
+**Splits.** A split tablet serves its records up to the split, then answers ``TABLET_SPLIT``
+(``cdcsdk_producer.cc`` reports the split only to a request with nothing left before the split op);
+``fetch`` raises :class:`TabletSplitError` then. :func:`poll_until_split` turns that into the last
+item of the tablet's pages, a :class:`Split` marker with the position that was refused, so that the
+merge can end the tablet there and go on with its children (:mod:`.merge`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletPosition
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
@@ -28,6 +35,22 @@ Op = pb.RowMessage
 
 #: ``fetch(position)``: one ``GetChanges`` of the tablet from ``position``.
 Fetch = Callable[[TabletPosition], pb.GetChangesResponsePB]
+
+
+class TabletSplitError(CdcStateError):
+    """A tablet answered ``TABLET_SPLIT``: it was split and its children hold what follows.
+
+    Defined here rather than with the client (which raises it) because it is part of the contract
+    between a ``fetch`` and the polling loop: :func:`poll_until_split` ends a tablet's pages on it."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """The last item of a split tablet's pages (:func:`poll_until_split`): asked from ``at``, the
+    tablet answered ``TABLET_SPLIT``. Every record it had up to the split was in the pages before
+    (YB answers the split only to a request with nothing left before the split op)."""
+
+    at: TabletPosition
 
 
 @dataclass(frozen=True)
@@ -103,4 +126,26 @@ def poll_pages(
             on_idle(page)
 
 
-__all__ = ["Fetch", "Page", "passed", "poll_pages"]
+def poll_until_split(
+    fetch: Fetch,
+    start: TabletPosition,
+    end_ht: int,
+    *,
+    on_idle: Callable[[Page], None] | None = None,
+) -> Iterator[Page | Split]:
+    """:func:`poll_pages`, except that a ``TABLET_SPLIT`` answer (:class:`TabletSplitError` from
+    ``fetch``) ends the pages with a :class:`Split` item instead of failing: a split is a normal end
+    of a tablet in a stream window, which then continues on the tablet's children."""
+    asked = [start]
+
+    def tracked(position: TabletPosition) -> pb.GetChangesResponsePB:
+        asked[0] = position
+        return fetch(position)
+
+    try:
+        yield from poll_pages(tracked, start, end_ht, on_idle=on_idle)
+    except TabletSplitError:
+        yield Split(asked[0])
+
+
+__all__ = ["Fetch", "Page", "Split", "TabletSplitError", "passed", "poll_pages", "poll_until_split"]

@@ -50,7 +50,7 @@ states = st.builds(
 tablet_sets = st.dictionaries(tablet_ids, states, max_size=5).map(TabletCheckpoints)
 
 IDENTITY = OffsetIdentity(
-    topic_prefix="shop", system_identifier="000033e8000030008000000000000000", database="yugabyte", slot_name="a" * 32
+    topic_prefix="shop", system_identifier="000033e8000030008000000000000000", database="yugabyte", slot_name=None
 )
 
 
@@ -178,18 +178,23 @@ def test_offset_round_trips(tablets: TabletCheckpoints, ht: int, txid: str | Non
     assert loaded.pending is not None and isinstance(loaded.pending.to_lsn, YbLsn)
 
 
-def test_offset_keys_follow_debezium_and_pin_the_stream() -> None:
+def test_offset_keys_follow_debezium_and_pin_the_database_not_the_stream() -> None:
     tablets = TabletCheckpoints({"t1": TabletState(TabletPosition(Checkpoint(1, 4), 99))})
-    offset = YbCdcOffset(identity=IDENTITY, lsn=YbLsn(100), lsn_commit=YbLsn(99), tx_id="tx").with_tablets(tablets)
+    offset = YbCdcOffset(identity=IDENTITY, lsn=YbLsn(100), lsn_commit=YbLsn(99), tx_id="tx")
+    assert offset.stream_id is None
+    offset = offset.with_tablets(tablets, "a" * 32)
     document = offset.to_dict()
     assert document["connector"] == "yugabytedb_grpc"
-    assert document["stream_id"] == "a" * 32 and document["namespace_id"] == IDENTITY.system_identifier
+    assert "stream_id" not in document and document["namespace_id"] == IDENTITY.system_identifier
     assert document["next_commit_ht"] == 100 and document["commit_time"] == 99 and document["txId"] == "tx"
     assert document["extra"]["source_state"]["tablets"]["t1"]["lsn"] == "1:4::0:0"
+    assert document["extra"]["source_state"]["stream_id"] == "a" * 32
     assert offset.stream_id == "a" * 32 and offset.last_commit_ht == 99
-    other_stream = OffsetIdentity(IDENTITY.topic_prefix, IDENTITY.system_identifier, IDENTITY.database, "b" * 32)
-    with pytest.raises(InvalidOffsetError, match="stream_id"):
-        offset.check_identity(other_stream)
+    # a replaced stream keeps the identity (the capture re-snapshots from it); another database does not
+    offset.check_identity(IDENTITY)
+    other_database = OffsetIdentity(IDENTITY.topic_prefix, "f" * 32, IDENTITY.database, None)
+    with pytest.raises(InvalidOffsetError, match="namespace_id"):
+        offset.check_identity(other_database)
 
 
 def test_offset_of_another_connector_or_with_bad_tablets_is_refused() -> None:
@@ -217,7 +222,7 @@ def test_tablets_travel_with_the_commit_log_entry() -> None:
         last_tx_id=None,
         last_commit_ts_us=1,
         committed_at_ms=1,
-        stats={"source_state": source_state(tablets, last_read_ms=5)},
+        stats={"source_state": source_state(tablets, stream_id="a" * 32, last_read_ms=5)},
     )
     before = YbCdcOffset(identity=IDENTITY, lsn=YbLsn(10))
     after = offset_after_commit(before, entry, IDENTITY, offset_type=YbCdcOffset)

@@ -1,0 +1,536 @@
+"""The initial snapshot of a CDC-service capture: every tablet paged through ``GetChanges`` at the
+stream's snapshot time, one Spark task per tablet.
+
+YB's snapshot protocol (``cdc_service.cc``, the connector's ``YugabyteDBSnapshotChangeEventSource``;
+docs/yugabytedb-cdc-service-research.md §7), per tablet:
+
+1. **Bootstrap**: ``GetChanges`` from ``{term -1, index -1, key "", write_id -1, snapshot_time 0}``.
+   The answer's checkpoint carries the op id the snapshot stands at and, with ``write_id -1``, the
+   snapshot's hybrid time ``T``. It is made here, on the driver, for every tablet of the captured
+   tables: ``T`` must be one time for all of them (a stream's consistent snapshot), else the
+   tablets would be read at different points and nothing is written (:class:`CdcStateError`).
+2. **Pages**: ``GetChanges`` from ``{op id, key, write_id -1, snapshot_time T}``, starting with the
+   empty key (the tablet's first row), each next request from the previous answer's checkpoint
+   (the key moves through the tablet). Pages hold ``READ`` records, read at ``T``.
+3. **End**: an answer whose checkpoint has an empty key, ``write_id 0`` and ``snapshot_time 0``
+   (``isSnapshotCompleteMarker``), at the snapshot's op id: the tablet streams from there.
+
+Tablets are independent, so each is a Spark task (:func:`read_tablet`) with its own
+:class:`~.client.YbCdcClient` (leader discovery and retries are the client's). A task starts at
+the tablet's first key whatever the bootstrap answered, so a retried task reads the tablet again
+from the start into the same file (its name is the tablet's), and a bootstrap that already carried
+rows loses none.
+
+**Which table is which.** The masters list a stream's tables by id only; the schema (name,
+columns, key) comes in the ``DDL`` record a ``GetChanges`` with ``need_schema_info`` puts first.
+The driver asks one tablet of each stream table for it (the bootstrap, else the first page; of a
+table not captured, that one tablet is bootstrapped and nothing more), so a captured table the
+stream lacks fails before anything is written (:class:`CdcConfigurationError`).
+The table version is built from that record exactly as the stream collector builds it (no
+catalog: :func:`~.records.relation_columns`, :func:`~.records.ddl_key_columns`), so snapshot and
+stream events of a table share one layout.
+
+**Rows to events.** A ``READ`` record carries the row as an ``INSERT`` does (every column in
+``new_tuple``): :func:`~.records.row_image` makes the pgoutput Insert message yboutput would send,
+and the PostgreSQL decoder (:func:`~..postgres.columnar.decode_rows`) and
+:class:`~..postgres.events.TableEncoder` give the typed values, as for the stream. The ``op = r``
+envelope is PostgreSQL's snapshot one (:class:`~..postgres.events.SnapshotBatches`: no before
+image, no transaction, ``source.snapshot = "true"``) with the collector's YugabyteDB ``source``
+block (:func:`~.collector.yb_source_batch`): ``lsn`` the record's op id text, ``commit_time`` and
+``record_time`` the snapshot time, ``tablet_id`` the tablet, ``txId`` null.
+
+**Where the stream continues.** The window ends at ``YbLsn(T + 1)``; each tablet's stream starts
+at the snapshot's op id (``write_id 0``, ``snapshot_time 0``) with safe time ``T`` (every commit at
+or before ``T`` is in the snapshot), returned as the commit's ``source_state``. Nothing is stored
+on the server here beyond what a bootstrap records itself (the snapshot's op id as the tablet's
+checkpoint): the snapshot is not marked done (``snapshot_done_key``) and no ``SetCDCCheckpoint``
+is sent; the operator sets the checkpoints after the offset is saved. The
+explicit checkpoint sent with every page is the bootstrap's (nothing of the snapshot is committed
+yet), so the server keeps everything after the snapshot's op id.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, CdcTransientError, DecodingError
+from airflow_provider_cdc.cdc.jobs import SparkProvider
+from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
+from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+from airflow_provider_cdc.cdc.sources.postgres import columnar
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.jobs import commit_snapshot, topics_of, write_snapshot_tables
+from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
+from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
+    Checkpoint,
+    TabletCheckpoints,
+    TabletPosition,
+    TabletState,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BLOCK, record_lsn, yb_source_batch
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, Page
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import YbLsn, commit_ts_ms
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
+    ddl_key_columns,
+    ddl_table,
+    relation_columns,
+    relation_oid,
+    row_image,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
+from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
+
+log = logging.getLogger(__name__)
+
+Op = pb.RowMessage
+
+#: The bootstrap request's checkpoint (the connector's ``snapshotStartLsn``).
+BOOTSTRAP = Checkpoint(-1, -1, b"", -1, 0)
+#: Rows per Arrow batch a task builds (the Parquet writer groups them into row groups).
+ROWS_PER_BATCH = 8192
+#: Pages in a row that bring no row and do not move the key before a task gives up.
+MAX_STALLED_PAGES = 5
+#: Records a snapshot page may hold besides READ and DDL: transaction markers the connector
+#: ignores while snapshotting (it logs a warning), and safe points.
+_IGNORED = frozenset((Op.BEGIN, Op.COMMIT, Op.SAFEPOINT))
+
+
+# -- the protocol's checkpoints --------------------------------------------------------------
+
+
+def is_end_marker(checkpoint: Checkpoint) -> bool:
+    """``isSnapshotCompleteMarker``: the answer after a tablet's last snapshot row."""
+    return not checkpoint.key and checkpoint.write_id == 0 and checkpoint.snapshot_time == 0
+
+
+def first_page(bootstrap: Checkpoint) -> Checkpoint:
+    """The request of a tablet's first snapshot page: the bootstrap's op id and snapshot time,
+    from the tablet's first key (whatever key the bootstrap answered)."""
+    return Checkpoint(bootstrap.term, bootstrap.index, b"", -1, bootstrap.snapshot_time)
+
+
+def streaming_start(bootstrap: Checkpoint) -> TabletPosition:
+    """Where a tablet's stream continues after the snapshot: the snapshot's op id, with the
+    snapshot time as safe time (every commit at or before it is in the snapshot)."""
+    return TabletPosition(Checkpoint(bootstrap.term, bootstrap.index), safe_hybrid_time=bootstrap.snapshot_time)
+
+
+def check_bootstrap(tablet_id: str, checkpoint: Checkpoint) -> Checkpoint:
+    """The bootstrap answer's checkpoint, refused unless it is a snapshot's (``write_id -1``,
+    a snapshot time, a valid op id)."""
+    if not checkpoint.in_snapshot or checkpoint.snapshot_time <= 0 or checkpoint.term < 0 or checkpoint.index < 0:
+        raise CdcStateError(
+            f"tablet {tablet_id}: the snapshot bootstrap answered checkpoint {checkpoint}, which is no snapshot's "
+            "(write_id -1 and a snapshot time): the stream has no consistent snapshot to read"
+        )
+    return checkpoint
+
+
+def common_snapshot_time(bootstraps: Mapping[str, Checkpoint]) -> int:
+    """The one snapshot time of every tablet's bootstrap; tablets at different times would make
+    a snapshot of no single moment, so that fails."""
+    times = {checkpoint.snapshot_time for checkpoint in bootstraps.values()}
+    if len(times) != 1:
+        by_time: dict[int, list[str]] = {}
+        for tablet, checkpoint in sorted(bootstraps.items()):
+            by_time.setdefault(checkpoint.snapshot_time, []).append(tablet)
+        detail = "; ".join(f"{t}: {', '.join(tablets)}" for t, tablets in sorted(by_time.items()))
+        raise CdcStateError(
+            f"the stream's tablets report {len(times)} different snapshot times ({detail or 'no tablets'}); "
+            "a snapshot must read every tablet at one hybrid time (a stream with a consistent snapshot)"
+        )
+    (snapshot_time,) = times
+    return snapshot_time
+
+
+def snapshot_pages(fetch: Fetch, tablet_id: str, bootstrap: Checkpoint) -> Iterator[Page]:
+    """The snapshot pages of one tablet, from its first key to the page that ends with the end
+    marker (included: the last page may carry rows too). Each request starts where the previous
+    answer points; an answer that leaves the snapshot (another snapshot time, a checkpoint that
+    is neither a page's nor the end marker) or ends it at another op id than the bootstrap's
+    fails, and so does a tablet that stops progressing."""
+    position = TabletPosition(first_page(bootstrap))
+    stalled = 0
+    while True:
+        page = Page.of(position, fetch(position))
+        yield page
+        checkpoint = page.checkpoint
+        if is_end_marker(checkpoint):
+            if (checkpoint.term, checkpoint.index) != (bootstrap.term, bootstrap.index):
+                raise CdcStateError(
+                    f"tablet {tablet_id}: the snapshot ended at op {checkpoint.term}.{checkpoint.index}, not at the "
+                    f"bootstrap's {bootstrap.term}.{bootstrap.index} where its stream is to continue"
+                )
+            return
+        if not checkpoint.in_snapshot or checkpoint.snapshot_time != bootstrap.snapshot_time:
+            raise CdcStateError(
+                f"tablet {tablet_id}: a snapshot page at hybrid time {bootstrap.snapshot_time} answered checkpoint "
+                f"{checkpoint}, neither a page of that snapshot nor its end"
+            )
+        moved = checkpoint.key != position.checkpoint.key or any(r.row_message.op == Op.READ for r in page.records)
+        stalled = 0 if moved else stalled + 1
+        if stalled >= MAX_STALLED_PAGES:
+            raise CdcTransientError(
+                f"tablet {tablet_id}: {stalled} snapshot pages in a row brought no row and kept key "
+                f"{checkpoint.key!r}; the server's snapshot does not progress"
+            )
+        position = page.next_position
+
+
+# -- table versions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotTable:
+    """A captured table of the stream as its DDL record describes it at the snapshot time:
+    what a tablet's task needs to make its events (picklable)."""
+
+    table_id: str
+    table: TableInfo
+    schema: tuple[tuple[str, int, bool], ...]  # the DDL record's (name, type oid, is_key) per column
+
+    @classmethod
+    def of(cls, ddl: pb.RowMessage) -> SnapshotTable:
+        """The table version of ``ddl``, built as the stream collector builds one it has no
+        catalog entry for (so both write one layout)."""
+        columns = relation_columns(ddl, TypeCache(), None)
+        keys = ddl_key_columns(ddl)
+        table = TableInfo(ddl_table(ddl), relation_oid(ddl.table_id), columns, keys, "c", bool(keys))
+        return cls(ddl.table_id, table, schema_signature(ddl))
+
+    @property
+    def ref(self) -> TableRef:
+        return self.table.ref
+
+
+def schema_signature(ddl: pb.RowMessage) -> tuple[tuple[str, int, bool], ...]:
+    """What identifies a DDL record's table version: its columns' names, type oids and key flags."""
+    return tuple((c.name, c.oid, c.is_key) for c in ddl.schema.column_info)
+
+
+def event_schema(encoder: TableEncoder) -> pa.Schema:
+    """The snapshot files' schema: the table's event layout with the YugabyteDB ``source`` block."""
+    schema = encoder.layout.schema
+    index = schema.get_field_index("source")
+    return schema.set(index, pa.field("source", YB_SOURCE_BLOCK, nullable=False))
+
+
+# -- rows to events ---------------------------------------------------------------------------
+
+
+class SnapshotRows:
+    """The ``READ`` records of one table read from one tablet, buffered as the pgoutput Insert
+    messages yboutput would send for them, and made into ``op = r`` event batches."""
+
+    def __init__(
+        self, table: SnapshotTable, tablet_id: str, snapshot_ht: int, context: EventContext, settings: EventSettings
+    ) -> None:
+        self.table = table
+        self.tablet_id = tablet_id
+        self.snapshot_ht = snapshot_ht
+        self.encoder = TableEncoder(table.table, table.table.columns, settings)
+        self._events = SnapshotBatches(
+            self.encoder,
+            context=context,
+            snapshot_lsn=snapshot_ht,
+            snapshot_xmin=None,
+            snapshot_ts_ms=commit_ts_ms(snapshot_ht),
+        )
+        self._payloads: list[bytes] = []
+        self._lsns: list[str] = []
+        self._record_times: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+    def add(self, record: pb.CDCSDKProtoRecordPB) -> None:
+        """One record of a snapshot page: a row of this table is buffered, a schema record is
+        checked to be this table version, rows of other tables (a colocated tablet) are skipped.
+        The record's ``op`` is changed to ``INSERT`` in place (records are not reused)."""
+        row = record.row_message
+        if row.op == Op.READ:
+            if row.table_id and row.table_id != self.table.table_id:
+                return
+            row.op = Op.INSERT  # a READ record carries the row as an INSERT does
+            encoder = self.encoder
+            image = row_image(row, encoder.relation_columns, encoder.table.key_columns)
+            self._payloads.append(image.payload(self.table.table.oid))
+            self._lsns.append(record_lsn(record))
+            self._record_times.append(row.record_time or self.snapshot_ht)
+        elif row.op == Op.DDL:
+            if row.table_id == self.table.table_id and schema_signature(row) != self.table.schema:
+                raise DecodingError(
+                    f"tablet {self.tablet_id}: the schema of {self.table.ref} changed during the snapshot "
+                    f"(version {row.schema_version}); a snapshot reads one table version"
+                )
+        elif row.op not in _IGNORED:
+            raise DecodingError(
+                f"tablet {self.tablet_id}: a {Op.Op.Name(row.op)} record in a snapshot page of {self.table.ref}"
+            )
+
+    def flush(self) -> pa.RecordBatch:
+        """The buffered rows as one event batch (the buffer is emptied)."""
+        payloads, lsns, record_times = self._payloads, self._lsns, self._record_times
+        self._payloads, self._lsns, self._record_times = [], [], []
+        encoder = self.encoder
+        try:
+            rows = columnar.decode_rows(payloads, len(encoder.relation_columns))
+        except columnar.MalformedRow as exc:
+            raise DecodingError(
+                f"tablet {self.tablet_id}, {self.table.ref}: snapshot row {lsns[exc.row]}: {exc}"
+            ) from None
+        values = encoder.typed([rows.text(rows.new, p) for p in encoder.positions])
+        batch = self._events.batch(values)
+        origins = {
+            "tablet_id": pa.repeat(pa.scalar(self.tablet_id), len(lsns)),
+            "lsn": pa.array(lsns, pa.string()),
+            "record_time": pa.array(record_times, pa.int64()),
+            "txId": pa.nulls(len(lsns), pa.string()),
+            "sequence": pa.array([json.dumps([None, lsn], separators=(",", ":")) for lsn in lsns], pa.string()),
+        }
+        return yb_source_batch(_rows_numbered(batch), origins)
+
+
+def _rows_numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with each row's PostgreSQL ``source.lsn`` set to its row number: the index into
+    the row origins :func:`~.collector.yb_source_batch` takes (the collector's "LSN")."""
+    index = batch.schema.get_field_index("source")
+    source = batch.column(index)
+    numbers = pa.array(np.arange(len(batch), dtype=np.int64))
+    fields = list(source.type)
+    children = [numbers if f.name == "lsn" else source.field(f.name) for f in fields]
+    return batch.set_column(index, batch.schema.field(index), pa.StructArray.from_arrays(children, fields=fields))
+
+
+# -- the tasks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TabletTask:
+    """One tablet of one table: a Spark task. ``bootstrap`` is its bootstrap answer's checkpoint."""
+
+    tablet_id: str
+    bootstrap: Checkpoint
+
+    @property
+    def file_name(self) -> str:
+        return f"part-{self.tablet_id}.parquet"
+
+
+@dataclass(frozen=True)
+class SnapshotSource:
+    """How a task reaches the stream and makes events: plain, picklable fields (no client)."""
+
+    master_addresses: str
+    stream_id: str
+    tls: TlsOptions | None
+    snapshot_ht: int
+    context: EventContext
+    settings: EventSettings
+
+    def client(self) -> YbCdcClient:
+        return YbCdcClient(parse_addresses(self.master_addresses), self.stream_id, tls=self.tls)
+
+
+def read_tablet(source: SnapshotSource, table: SnapshotTable, task: TabletTask) -> Iterator[pa.RecordBatch]:
+    """``op = r`` event batches of one table's rows on one tablet, paged at the snapshot time
+    (in Spark's Python workers)."""
+    rows = SnapshotRows(table, task.tablet_id, source.snapshot_ht, source.context, source.settings)
+    with source.client() as client:
+        for page in snapshot_pages(_fetcher(client, task), task.tablet_id, task.bootstrap):
+            for record in page.records:
+                rows.add(record)
+                if len(rows) >= ROWS_PER_BATCH:
+                    yield rows.flush()
+    if len(rows):
+        yield rows.flush()
+
+
+def _fetcher(client: YbCdcClient, task: TabletTask) -> Fetch:
+    """The tablet's ``GetChanges``: the schema asked with the first page (so a changed table
+    version shows), the bootstrap's checkpoint sent as the explicit (committed) one."""
+    first = [True]
+
+    def fetch(position: TabletPosition) -> pb.GetChangesResponsePB:
+        response = client.get_changes(task.tablet_id, position, explicit=task.bootstrap, need_schema_info=first[0])
+        first[0] = False
+        return response
+
+    return fetch
+
+
+def _task_file(task: TabletTask) -> str:
+    return task.file_name
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """What the driver found: the captured tables, their tablets' bootstraps, the snapshot time."""
+
+    snapshot_ht: int
+    tables: dict[TableRef, SnapshotTable]
+    tasks: dict[TableRef, list[TabletTask]]
+    tablets: TabletCheckpoints  # where each captured tablet's stream continues
+
+
+def bootstrap(client: YbCdcClient, tablet_id: str) -> Page:
+    """The tablet's bootstrap ``GetChanges`` (asking for the schema too): its answer's checkpoint
+    is the snapshot's op id and time."""
+    request = TabletPosition(BOOTSTRAP)
+    page = Page.of(request, client.get_changes(tablet_id, request, need_schema_info=True))
+    check_bootstrap(tablet_id, page.checkpoint)
+    return page
+
+
+def table_schema(client: YbCdcClient, tablet_id: str, table_id: str, boot: Page) -> pb.RowMessage:
+    """The DDL record of ``table_id``: from the bootstrap's answer when it carried one, else
+    from the tablet's first snapshot page (asked with ``need_schema_info``; its rows are read
+    again by the tablet's task)."""
+    found = _ddl_of(boot.records, table_id)
+    if found is not None:
+        return found
+    request = TabletPosition(first_page(boot.checkpoint))
+    response = client.get_changes(tablet_id, request, explicit=boot.checkpoint, need_schema_info=True)
+    found = _ddl_of(response.cdc_sdk_proto_records, table_id)
+    if found is None:
+        raise DecodingError(
+            f"tablet {tablet_id}: no schema record of table {table_id} in a snapshot page asked with need_schema_info"
+        )
+    return found
+
+
+def _ddl_of(records: Sequence[pb.CDCSDKProtoRecordPB], table_id: str) -> pb.RowMessage | None:
+    for record in records:
+        row = record.row_message
+        if row.op == Op.DDL and row.table_id == table_id and row.schema.column_info:
+            return row
+    return None
+
+
+def plan_snapshot(
+    client: YbCdcClient, captured: Sequence[TableRef], settings: EventSettings | None = None
+) -> SnapshotPlan:
+    """Find the captured tables among the stream's, bootstrap each of their tablets and check
+    they share one snapshot time. Fails before anything is read when a captured table is not in
+    the stream (:class:`CdcConfigurationError`) or the times differ (:class:`CdcStateError`)."""
+    _, table_ids = client.stream_tables()
+    tablets = client.tablets(table_ids)
+    by_table: dict[str, list[str]] = {table_id: [] for table_id in table_ids}
+    for tablet_id, tables in tablets.items():
+        for table_id in tables:
+            by_table.setdefault(table_id, []).append(tablet_id)
+    boots: dict[str, Page] = {}
+    found: dict[TableRef, SnapshotTable] = {}
+    for table_id in table_ids:
+        mine = by_table.get(table_id) or []
+        if not mine:
+            log.warning("stream %s: table %s has no tablets; it is not snapshotted", client.stream_id, table_id)
+            continue
+        probe = mine[0]
+        if probe not in boots:
+            boots[probe] = bootstrap(client, probe)
+        table = SnapshotTable.of(table_schema(client, probe, table_id, boots[probe]))
+        found[table.ref] = table
+    missing = [ref for ref in captured if ref not in found]
+    if missing:
+        names = ", ".join(ref.quoted(POSTGRES_NAMES) for ref in missing)
+        known = ", ".join(sorted(ref.quoted(POSTGRES_NAMES) for ref in found)) or "none"
+        raise CdcConfigurationError(
+            f"table(s) {names} are not in CDC stream {client.stream_id} (its tables: {known}); "
+            "a stream captures the tables it was created with: remove them from the capture or use a stream "
+            "that has them"
+        )
+    tables = {ref: found[ref] for ref in captured}
+    for table in tables.values():
+        if settings is not None:
+            TableEncoder(table.table, table.table.columns, settings)  # bad filters or masks fail before reading
+        for tablet_id in by_table[table.table_id]:
+            if tablet_id not in boots:
+                boots[tablet_id] = bootstrap(client, tablet_id)
+    wanted = {tablet_id for table in tables.values() for tablet_id in by_table[table.table_id]}
+    checkpoints = {tablet_id: page.checkpoint for tablet_id, page in boots.items()}
+    snapshot_ht = common_snapshot_time(checkpoints)
+    tasks = {
+        ref: [TabletTask(tablet_id, checkpoints[tablet_id]) for tablet_id in sorted(by_table[table.table_id])]
+        for ref, table in tables.items()
+    }
+    starts = TabletCheckpoints(
+        {
+            tablet_id: TabletState(streaming_start(checkpoints[tablet_id]), table_ids=tuple(tablets[tablet_id]))
+            for tablet_id in sorted(wanted)
+        }
+    )
+    return SnapshotPlan(snapshot_ht, tables, tasks, starts)
+
+
+def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
+    """Snapshot the captured tables through the CDC service into the sink and commit the window
+    (ending at the snapshot time + 1), with each tablet's streaming start as ``source_state``."""
+    started = time.monotonic()
+    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
+        plan = plan_snapshot(client, spec.tables, spec.events)
+    ht = plan.snapshot_ht
+    faults.point("snapshot.exported")
+    log.info(
+        "snapshot of stream %s at hybrid time %d: %d table(s) in %d tablet(s)",
+        spec.stream_id,
+        ht,
+        len(plan.tables),
+        sum(len(tasks) for tasks in plan.tasks.values()),
+    )
+    context = EventContext.of_window(spec.topic_prefix, spec.database, spec.window)
+    source = SnapshotSource(spec.master_addresses, spec.stream_id, spec.tls, ht, context, spec.events)
+    schemas = {
+        ref: event_schema(TableEncoder(table.table, table.table.columns, spec.events))
+        for ref, table in plan.tables.items()
+    }
+    sink = ParquetSink.for_spec(spec, spark_provider)
+    writer = sink.open_window(spec.window, topics_of(spec, plan.tables))
+
+    def reader_for(ref: TableRef) -> Callable[[TabletTask], Iterator[pa.RecordBatch]]:
+        return functools.partial(read_tablet, source, plan.tables[ref])  # pickled to the workers
+
+    rows = write_snapshot_tables(
+        spark_provider(), writer, sink, spec, schemas, plan.tasks, reader_for, file_name=_task_file
+    )
+    # Reading pages restarts the stream's expiry timer of every tablet read.
+    state = source_state(plan.tablets, stream_id=spec.stream_id, last_read_ms=int(time.time() * 1000))
+    return commit_snapshot(
+        writer, spec, YbLsn(ht + 1), started=started, rows=rows, stats={"snapshot_ht": ht, "source_state": state}
+    )
+
+
+__all__ = [
+    "BOOTSTRAP",
+    "SnapshotPlan",
+    "SnapshotRows",
+    "SnapshotSource",
+    "SnapshotTable",
+    "TabletTask",
+    "check_bootstrap",
+    "common_snapshot_time",
+    "first_page",
+    "is_end_marker",
+    "plan_snapshot",
+    "read_tablet",
+    "run_snapshot",
+    "snapshot_pages",
+    "streaming_start",
+]
