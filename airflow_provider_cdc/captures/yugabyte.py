@@ -260,20 +260,11 @@ class YugabyteCapture(PostgresCapture):
     @contextmanager
     def open_run(self, log: logging.Logger) -> Iterator[YugabyteRun]:
         hook = self.hook()
-        with hook.session() as conn:
-            holder = admin.take_capture_lock(
-                conn, self.topic_prefix, info=hook.connection_info, lock_table=self.lock_table_ref
-            )
-            try:
-                server = admin.server_info(conn, hook.connection_info)
-                run = YugabyteRun(self, hook, conn, self.identity(server.system_identifier, server.database))
-                run.tables = self.resolve_tables(conn)
-                yield run
-            finally:
-                if not conn.closed:
-                    admin.release_capture_lock(conn, self.topic_prefix, holder)
-                elif holder is not None:
-                    holder.close()
+        with admin.locked_session(hook, self.topic_prefix, self.lock_table_ref) as conn:
+            server = admin.server_info(conn, hook.connection_info)
+            run = YugabyteRun(self, hook, conn, self.identity(server.system_identifier, server.database))
+            run.tables = self.resolve_tables(conn)
+            yield run
 
 
 class YugabyteRun(SourceRun):

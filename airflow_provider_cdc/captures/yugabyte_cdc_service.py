@@ -276,22 +276,13 @@ class YugabyteCdcServiceCapture(PostgresCapture):
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
 
         hook = self.hook()
-        with hook.session() as conn:
-            holder = yb_admin.take_capture_lock(
-                conn, self.topic_prefix, info=hook.connection_info, lock_table=self.lock_table_ref
-            )
-            try:
-                tables = self.resolve_tables(conn)
-                ids = admin.database_ids(conn, tables)
-                with hook.cdc_client(self.stream_id) as client:
-                    run = YugabyteCdcServiceRun(self, hook, conn, client, ids)
-                    run.tables = tables
-                    yield run
-            finally:
-                if not conn.closed:
-                    yb_admin.release_capture_lock(conn, self.topic_prefix, holder)
-                elif holder is not None:
-                    holder.close()
+        with yb_admin.locked_session(hook, self.topic_prefix, self.lock_table_ref) as conn:
+            tables = self.resolve_tables(conn)
+            ids = admin.database_ids(conn, tables)
+            with hook.cdc_client(self.stream_id) as client:
+                run = YugabyteCdcServiceRun(self, hook, conn, client, ids)
+                run.tables = tables
+                yield run
 
 
 def stream_unavailable(
@@ -307,14 +298,10 @@ def stream_unavailable(
             f"the stored tablet checkpoints belong to stream {offset.stream_id}, not {stream_id}: a new stream "
             "starts from its own snapshot, and the changes between the two streams are not in either",
         )
-    read = offset.last_read_ms
-    if read is not None and now_ms > read + retention_ms:
-        return (
-            "stream_expired",
-            f"stream {stream_id} was last read {(now_ms - read) / 3_600_000:.1f} h ago, longer than the intent "
-            f"retention ({retention_ms / 3_600_000:.1f} h): YugabyteDB has expired it",
-        )
-    return None
+    from airflow_provider_cdc.cdc.sources.yugabyte.planning import expired_why
+
+    expired = expired_why(f"stream {stream_id}", offset, retention_ms, now_ms)
+    return None if expired is None else ("stream_expired", expired)
 
 
 class YugabyteCdcServiceRun(SourceRun):

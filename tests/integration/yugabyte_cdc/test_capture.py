@@ -7,7 +7,6 @@ the offset, and the current state equal to the source's tables.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +15,7 @@ from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServic
 from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator, CdcSnapshotOperator
 from tests.support import airflow as af
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows
-from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
+from tests.support.yugabyte_cdc import YugabyteCdcStandIn, airflow_connection, standin_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.pg]
 
@@ -33,17 +32,7 @@ def conn_id(yb, airflow_db, monkeypatch) -> str:
     conn_id = f"ybc_{yb.database}"
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{conn_id.upper()}",
-        json.dumps(
-            {
-                "conn_type": "yugabytedb_cdc",
-                "host": yb.host,
-                "port": yb.cluster.port,
-                "schema": yb.database,
-                "login": yb.cluster.superuser,
-                "password": yb.cluster.password,
-                "extra": {"sslmode": "disable", "master_addresses": yb.master_addresses_flag},
-            }
-        ),
+        airflow_connection(yb),
     )
     return conn_id
 
@@ -275,3 +264,43 @@ def test_an_expired_stream_is_replaced_and_re_snapshotted_with_the_gap_recorded(
         assert_same_state(
             replay(events_of(tmp_path, PREFIX, "public.stock"), ["id"]), source_rows(conn, "public.stock", ["id"])
         )
+
+
+def test_ddl_records_evolve_the_schema_between_and_inside_windows(yb, conn_id, tmp_path):
+    with yb.connect() as conn:
+        conn.execute("CREATE TABLE people (id int PRIMARY KEY, name text)")
+    yb.wait_caught_up()
+    stream = yb.create_stream("ALL", "EXPLICIT", tables=["people"])
+    capture = make_capture(conn_id, stream, tmp_path, ["public.people"], snapshot_mode="never")
+    errors: dict = {}
+    dag = capture_dag(f"ybc_ddl_{yb.database}", capture, errors, snapshot=False)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+
+    # inside one window: rows before the change, the change, rows after it
+    with yb.connect() as conn:
+        conn.execute("INSERT INTO people VALUES (1, 'ann'), (2, 'bob'), (3, 'cy')")
+        conn.execute("ALTER TABLE people ADD COLUMN email text")
+        conn.execute("INSERT INTO people VALUES (4, 'dee', 'dee@example.com')")
+        conn.execute("UPDATE people SET email = 'ann@example.com' WHERE id = 1")
+    yb.wait_caught_up()
+    assert af.run(dag, 1, errors=errors).state == "success", errors
+    # between windows: another column, then changes that use it
+    with yb.connect() as conn:
+        conn.execute("ALTER TABLE people ADD COLUMN age int")
+        conn.execute("UPDATE people SET age = 40, name = 'bobby' WHERE id = 2")
+        conn.execute("DELETE FROM people WHERE id = 3")
+    yb.wait_caught_up()
+    assert af.run(dag, 2, errors=errors).state == "success", errors
+
+    events = events_of(tmp_path, PREFIX, "public.people")
+    by_key = {}
+    for event in events:
+        by_key.setdefault((event["after"] or event["before"])["id"], []).append(event)
+    first_insert = by_key[1][0]["after"]
+    assert first_insert.get("email") is None and first_insert["name"] == "ann"
+    assert by_key[4][0]["after"]["email"] == "dee@example.com"
+    assert by_key[1][-1]["after"]["email"] == "ann@example.com"
+    assert by_key[2][-1]["after"]["age"] == 40 and by_key[2][-1]["before"]["name"] == "bob"
+    assert by_key[3][-1]["op"] == "d"
+    with yb.connect() as conn:
+        assert_same_state(replay(events, ["id"]), source_rows(conn, "public.people", ["id"]))

@@ -5,7 +5,6 @@ their intervals, transactions whole across tablets, and the current state equal 
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from airflow_provider_cdc.cdc.naming import Topic
 from tests.support import airflow as af
 from tests.support import yb_workload as workload
 from tests.support.oracle import assert_same_state, events_of, replay, spark_rows
-from tests.support.yugabyte_cdc import standin_for
+from tests.support.yugabyte_cdc import airflow_connection, standin_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.pg]
 ROOT = Path(__file__).resolve().parents[3]
@@ -57,17 +56,7 @@ def test_example_dag_reproduces_the_source(yb, airflow_db, spark, tmp_path, monk
     conn_id = f"ybx_{yb.database}"
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{conn_id.upper()}",
-        json.dumps(
-            {
-                "conn_type": "yugabytedb_cdc",
-                "host": yb.host,
-                "port": yb.cluster.port,
-                "schema": yb.database,
-                "login": yb.cluster.superuser,
-                "password": yb.cluster.password,
-                "extra": {"sslmode": "disable", "master_addresses": yb.master_addresses_flag},
-            }
-        ),
+        airflow_connection(yb),
     )
     monkeypatch.setenv("CDC_EXAMPLE_YUGABYTEDB_CONN_ID", conn_id)
     monkeypatch.setenv("CDC_EXAMPLE_STREAM_ID", stream)

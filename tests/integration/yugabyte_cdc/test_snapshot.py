@@ -25,7 +25,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 from airflow_provider_cdc.cdc.spec import CaptureOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
-from tests.support.oracle import assert_same_state, ordered, replay, source_rows
+from tests.support.oracle import assert_same_state, events_of, ordered, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.spark]
@@ -85,13 +85,7 @@ def stream_spec(yb, stream: str, tables: list[str], sink, seq: int, from_ht: int
 
 
 def topic(sink, table: str) -> list[dict]:
-    events = read_topic_arrow(str(sink), PREFIX, f"{PREFIX}.public.{table}")
-    if events is None:
-        return []
-    rows = events.to_pylist()
-    for row in rows:  # the oracle orders by commit_lsn: this source's commit position is commit_time
-        row["source"]["commit_lsn"] = row["source"]["commit_time"]
-    return ordered(rows)
+    return ordered(events_of(sink, PREFIX, f"public.{table}"))
 
 
 def rows_of(conn, table: str) -> dict[tuple, dict]:

@@ -237,6 +237,7 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
     assert tablets_of_tx(events1, k[6])[1] == {parent, q}
     same_as_table(yb, initial, events1)
     ends1 = TabletCheckpoints.from_json(first.stats["source_state"]["tablets"])
+    assert first.stats["tablet_splits"] == [[parent, sorted(ends1[parent].children)]]
     assert ends1[parent].children == tuple(sorted((lo, up))) and ends1[parent].position == start[parent].position
     assert ends1[lo].parent == parent and ends1[up].parent == parent
     assert ends1[lo].table_ids == start[parent].table_ids

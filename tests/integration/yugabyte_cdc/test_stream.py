@@ -26,7 +26,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 from airflow_provider_cdc.cdc.spec import CaptureOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
-from tests.support.oracle import ordered, replay, source_rows
+from tests.support.oracle import events_of, ordered, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
 
 pytestmark = pytest.mark.pg
@@ -243,13 +243,7 @@ def base_image(rows: dict) -> list[dict]:
 
 
 def topic(sink, table: str) -> list[dict]:
-    events = read_topic_arrow(str(sink), PREFIX, f"{PREFIX}.public.{table}")
-    if events is None:
-        return []
-    rows = events.to_pylist()
-    for row in rows:  # the oracle orders by commit_lsn: this source's commit position is commit_time
-        row["source"]["commit_lsn"] = row["source"]["commit_time"]
-    return ordered(rows)
+    return ordered(events_of(sink, PREFIX, f"public.{table}"))
 
 
 def key_of(event: dict) -> int:

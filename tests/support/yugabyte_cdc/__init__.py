@@ -3,6 +3,6 @@ speaking YB's framed-protobuf RPC on loopback, serving real changes of a real Po
 database cut into hash-partitioned tablets. See docs/yugabytedb-cdc-standin.md.
 """
 
-from .standin import StandInError, YugabyteCdcStandIn, standin_for
+from .standin import StandInError, YugabyteCdcStandIn, airflow_connection, standin_for
 
-__all__ = ["StandInError", "YugabyteCdcStandIn", "standin_for"]
+__all__ = ["StandInError", "YugabyteCdcStandIn", "airflow_connection", "standin_for"]

@@ -217,3 +217,19 @@ def standin_for(request, cluster: PostgresCluster, **settings: Any):
         yield standin
     finally:
         standin.stop()
+
+
+def airflow_connection(standin: YugabyteCdcStandIn) -> str:
+    """The stand-in as an Airflow ``yugabytedb_cdc`` connection (JSON for ``AIRFLOW_CONN_<ID>``):
+    its YSQL side is the PostgreSQL database, its extra names the stand-in's masters."""
+    return json.dumps(
+        {
+            "conn_type": "yugabytedb_cdc",
+            "host": standin.host,
+            "port": standin.cluster.port,
+            "schema": standin.database,
+            "login": standin.cluster.superuser,
+            "password": standin.cluster.password,
+            "extra": {"sslmode": "disable", "master_addresses": standin.master_addresses_flag},
+        }
+    )

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -475,6 +476,21 @@ def take_capture_lock(conn: Any, capture: str, *, info: PgConnectionInfo, lock_t
         holder.close()
         raise
     return holder
+
+
+@contextmanager
+def locked_session(hook: Any, capture: str, lock_table: TableRef) -> Iterator[Any]:
+    """A YSQL session of ``hook`` holding ``capture``'s lock for the block (both YugabyteDB
+    captures' runs): released at the end, or with the session if it died."""
+    with hook.session() as conn:
+        holder = take_capture_lock(conn, capture, info=hook.connection_info, lock_table=lock_table)
+        try:
+            yield conn
+        finally:
+            if not conn.closed:
+                release_capture_lock(conn, capture, holder)
+            elif holder is not None:
+                holder.close()
 
 
 def release_capture_lock(conn: Any, capture: str, holder: Any) -> None:

@@ -44,6 +44,18 @@ def expiry_ms(offset: CaptureOffset | None, retention_ms: int) -> int | None:
     return None if read is None else read + retention_ms
 
 
+def expired_why(subject: str, offset: CaptureOffset | None, retention_ms: int, now_ms: int) -> str | None:
+    """Why ``subject`` (a slot, a CDC stream) has expired, when the capture last read it longer
+    than the intent retention ago (None: it has not, or it was never read)."""
+    expires = expiry_ms(offset, retention_ms)
+    if expires is None or now_ms <= expires:
+        return None
+    return (
+        f"{subject} was last read {(now_ms - expires + retention_ms) / 3_600_000:.1f} h ago, longer than the "
+        f"intent retention ({retention_ms / 3_600_000:.1f} h): YugabyteDB has expired it"
+    )
+
+
 def acknowledged(position: int) -> int:
     """The flush that acknowledges everything before window end ``position`` (exclusive)."""
     return position - 1
@@ -55,13 +67,9 @@ def slot_unavailable(
     """Can the slot still deliver the changes after the stored offset? ``(gap reason, why)`` if not."""
     if slot is None:
         return "slot_missing", "the replication slot is missing"
-    expires = expiry_ms(offset, retention_ms)
-    if expires is not None and now_ms > expires:
-        return (
-            "slot_expired",
-            f"the slot was last read {(now_ms - expires + retention_ms) / 3_600_000:.1f} h ago, longer than the "
-            f"intent retention ({retention_ms / 3_600_000:.1f} h): YugabyteDB has expired it",
-        )
+    expired = expired_why("the slot", offset, retention_ms, now_ms)
+    if expired is not None:
+        return "slot_expired", expired
     if (
         offset is not None
         and offset.lsn is not None

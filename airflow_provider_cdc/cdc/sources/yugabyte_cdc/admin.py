@@ -138,13 +138,13 @@ def bootstrap_tablets(client: YbCdcClient, tablets: Mapping[str, Sequence[str]])
     states = {}
     for tablet_id, table_ids in tablets.items():
         stream, tablet = client.stream_id.encode(), tablet_id.encode()
-        client._tablet_call(
+        client.tablet_call(
             tablet_id,
             methods.SET_CDC_CHECKPOINT,
             pb.SetCDCCheckpointRequestPB(stream_id=stream, tablet_id=tablet, bootstrap=True),
             f"SetCDCCheckpoint(bootstrap) of tablet {tablet_id} (stream {client.stream_id})",
         )
-        op = client._tablet_call(
+        op = client.tablet_call(
             tablet_id,
             methods.GET_CHECKPOINT,
             pb.GetCheckpointRequestPB(stream_id=stream, tablet_id=tablet),

@@ -250,7 +250,9 @@ class YbCdcClient:
                 )
         return self._leaders[tablet_id]
 
-    def _tablet_call(self, tablet_id: str, method: Method, request: Message, what: str) -> Message:
+    def tablet_call(self, tablet_id: str, method: Method, request: Message, what: str) -> Message:
+        """One call to ``tablet_id``'s leader, found again and retried when it moved."""
+
         def once(attempt: int) -> Message:
             address = self.leader(tablet_id, refresh=attempt > 0 and tablet_id not in self._leaders)
             try:
@@ -288,7 +290,7 @@ class YbCdcClient:
         if explicit is not None:
             request.explicit_cdc_sdk_checkpoint.CopyFrom(explicit.to_pb())
         what = f"GetChanges of tablet {tablet_id} (stream {self.stream_id})"
-        return self._tablet_call(tablet_id, methods.GET_CHANGES, request, what)
+        return self.tablet_call(tablet_id, methods.GET_CHANGES, request, what)
 
     def fetcher(self, tablet_id: str, *, explicit: Checkpoint | None = None) -> Fetch:
         """The ``fetch`` of :func:`~.pages.poll_pages` for one tablet. Its first request asks for
@@ -331,7 +333,7 @@ class YbCdcClient:
                     table_info=pb.TableInfo(stream_id=self.stream_id.encode(), table_id=table_id.encode()),
                     tablet_id=parent.encode(),
                 )
-                response = self._tablet_call(parent, methods.GET_TABLET_LIST_TO_POLL, request, what)
+                response = self.tablet_call(parent, methods.GET_TABLET_LIST_TO_POLL, request, what)
                 found = {}
                 for pair in response.tablet_checkpoint_pairs:
                     location = pair.tablet_locations
@@ -362,7 +364,7 @@ class YbCdcClient:
             if position.safe_hybrid_time >= 0:
                 request.cdc_sdk_safe_time = position.safe_hybrid_time
             what = f"SetCDCCheckpoint of tablet {tablet_id} (stream {self.stream_id})"
-            self._tablet_call(tablet_id, methods.SET_CDC_CHECKPOINT, request, what)
+            self.tablet_call(tablet_id, methods.SET_CDC_CHECKPOINT, request, what)
 
 
 __all__ = [

@@ -186,6 +186,7 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         filtered_changes=merged.filtered_changes,
         earlier_skipped=merged.earlier_skipped,
         resent_skipped=merged.resent_skipped,
+        **({"tablet_splits": [[p, sorted(c)] for p, c in merge.splits]} if merge.splits else {}),
         source_state=source_state(ends, stream_id=spec.stream_id, last_read_ms=read_ms),
         **recorded_run(spec),
     )
