@@ -122,7 +122,7 @@ class CdcSetupOperator(CdcCaptureOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         with fail_fast_on_terminal_errors(self.capture):
-            check_schedule_within_retention(self.capture, getattr(self, "dag", None))
+            check_schedule_within_retention(self.capture, self.dag if self.has_dag() else None)
             return self.capture.setup(self.log)
 
 

@@ -28,8 +28,13 @@ recovers in the test process, and checks the invariants on the sink's commit log
 - ``forget(crash)``: drop what a finished capture left on the source (PostgreSQL and YugabyteDB:
   its slot).
 
-The stand-in sources (SQL Server, YugabyteDB) share :class:`StandInCrashSource`: a workload module
-of the stand-in, offsets in Airflow Variables, the capture lock read from PostgreSQL's ``pg_locks``.
+The stand-in sources (SQL Server, YugabyteDB through logical replication and through the CDC
+service) share :class:`StandInCrashSource`: a workload module of the stand-in, offsets in Airflow
+Variables, the capture lock read from PostgreSQL's ``pg_locks``. Both YugabyteDB paths take the
+capture lock as YSQL's advisory lock (:class:`YsqlStandInCrashSource`). The CDC-service adapter
+(:class:`YugabyteCdcCrashSource`) gives each capture a DB stream of its own, and its "nothing
+pending" is the tablets' checkpoints stored on the server: never ahead of the stored offset's,
+equal to them after a completed run.
 
 The child driver finds the adapter by ``NAME`` in :data:`SOURCES`; it imports only this module
 and the product, so the adapters import test-only helpers (the stand-in) lazily.
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
     from tests.support.databases import CaptureDatabase
     from tests.support.sqlserver import SqlServerStandIn
     from tests.support.yugabyte import YugabyteStandIn
+    from tests.support.yugabyte_cdc import YugabyteCdcStandIn
 
 
 class CrashSource(ABC):
@@ -265,10 +271,14 @@ class StandInCrashSource(CrashSource):
         workload.mutate(self.standin, round_no)
         return workload.TRANSACTIONS_PER_ROUND
 
+    def admin_query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Rows of ``sql`` run straight on the PostgreSQL database behind the stand-in."""
+        return self.standin.admin_query(sql, params)
+
     def advisory_lock_holders(self, key_sql: str, params: tuple) -> list[int]:
         """The stand-in's sessions (PostgreSQL backends) holding the bigint advisory lock whose key
         is ``key_sql`` (an SQL expression of ``params``), read straight on PostgreSQL."""
-        rows = self.standin.admin_query(
+        rows = self.admin_query(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
             f"AND ((classid::bigint << 32) | objid::bigint) = ({key_sql})",
             params,
@@ -349,10 +359,21 @@ class SqlServerCrashSource(StandInCrashSource):
         assert not split, f"{table}: a transaction's events name different commit LSNs: {split}"
 
 
-# -- YugabyteDB (the stand-in) -----------------------------------------------------------------
+# -- YugabyteDB (the stand-ins) ----------------------------------------------------------------
 
 
-class YugabyteCrashSource(StandInCrashSource):
+class YsqlStandInCrashSource(StandInCrashSource):
+    """A YugabyteDB stand-in: the capture lock is YSQL's session-level advisory lock (PostgreSQL's
+    key for the topic prefix), which a killed child's session releases as its backend ends."""
+
+    def check_capture_lock_released(self, crash: CrashCapture) -> None:
+        from airflow_provider_cdc.cdc.sources.postgres.admin import _lock_key
+
+        held = self.advisory_lock_holders("%s::bigint", (_lock_key(crash.prefix),))
+        assert not held, f"session(s) {held} still hold the capture lock of {crash.prefix!r}"
+
+
+class YugabyteCrashSource(YsqlStandInCrashSource):
     """The YugabyteDB stand-in (docs/yugabytedb-standin.md) with ``yb_workload``'s tables; offsets
     in Airflow Variables (see :class:`StandInCrashSource`); each capture its own slot (``cdc_<prefix>``).
 
@@ -451,13 +472,10 @@ class YugabyteCrashSource(StandInCrashSource):
         return confirmed
 
     def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
-        from airflow_provider_cdc.cdc.sources.postgres.admin import _lock_key
-
         confirmed = self.check_not_ahead(crash, offset)
         if int(confirmed) < int(offset.lsn) - 1:  # type: ignore[arg-type]
             self.behind.append(f"{crash.prefix}: slot at {confirmed}, offset {offset.lsn}")
-        held = self.advisory_lock_holders("%s::bigint", (_lock_key(crash.prefix),))
-        assert not held, f"session(s) {held} still hold the capture lock of {crash.prefix!r}"
+        self.check_capture_lock_released(crash)
 
     # YugabyteDB's events have PostgreSQL's source block (connector "postgresql", Debezium's
     # YugabyteDB connector's shape): the same checks.
@@ -469,6 +487,195 @@ class YugabyteCrashSource(StandInCrashSource):
 
         with self.standin.connect() as conn:
             drop_slot(conn, self.slot(crash), timeout=30, poll=0.2)
+
+
+class YugabyteCdcCrashSource(YsqlStandInCrashSource):
+    """The YugabyteDB CDC-service stand-in (docs/yugabytedb-cdc-standin.md) with ``yb_workload``'s
+    tables; offsets in Airflow Variables (see :class:`StandInCrashSource`); each capture reads a
+    DB stream of its own (EXPLICIT checkpoints, ``record_type``), made by :meth:`create_stream`
+    before the capture's setup, as a DBA makes it with ``yb-admin create_change_data_stream``.
+
+    The child reaches the stand-in's masters and tablet servers (ports of a service process the
+    test process owns, which outlives the killed child) and its PostgreSQL, which holds the capture
+    lock, through the Airflow connection it gets in its environment (``child_env``). Nothing is
+    needed after a killed child: PostgreSQL ends the backend of a closed connection, which releases
+    the capture's advisory lock, and the service drops a closed RPC connection.
+
+    ``settle`` waits until the stand-in's tablet logs hold every commit, and ``position`` is the
+    cluster's hybrid time read as the product reads it (a window planned after it ends after it).
+
+    "Acknowledged" (``check_acknowledged``): the server's checkpoint of every tablet the offset
+    polls (its ``cdc_state`` row: term and index, ``SetCDCCheckpoint`` after the offset save) equals
+    the offset's, the offset names this capture's stream and nothing pending, and no session holds
+    the capture lock. The "never ahead" half (no tablet's server checkpoint past the stored offset's:
+    the server would release changes the sink lacks) is also checked right after every child
+    (``after_child``), before any recovery, against whatever offset the killed task left stored.
+    While no offset holds tablet checkpoints (a snapshot not landed yet), a snapshotting capture's
+    server checkpoints must not be past the stream's start (its consistent snapshot's op id); a
+    ``snapshot_mode='never'`` capture's first window checkpoints the tablets at their latest ops
+    on the server before it stores them, which is where that capture starts.
+
+    The events' ``source`` block is the YugabyteDB gRPC connector's: its commit position is
+    ``commit_time``, where the harness's checks read PostgreSQL's ``commit_lsn`` (the apply order,
+    and the key of "no event twice"); ``check_events``, which the harness runs on each table's
+    events before those checks, copies ``commit_time`` to ``commit_lsn`` (as this source's own tests
+    do before the oracle, ``tests/integration/yugabyte_cdc/test_stream.py``).
+    """
+
+    NAME = "yugabyte_cdc"
+    WORKLOAD = "tests.support.yb_workload"
+    standin: YugabyteCdcStandIn
+
+    def __init__(self, standin: YugabyteCdcStandIn, conn_id: str, *, record_type: str = "CHANGE"):
+        super().__init__(standin, conn_id)
+        self.record_type = record_type
+        self.streams: dict[str, str] = {}  # topic prefix -> its DB stream id
+
+    @classmethod
+    def build(cls, fields: dict[str, Any]) -> Capture:
+        from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
+
+        fields, store = cls.variable_store(fields)
+        return YugabyteCdcServiceCapture(**fields, offset_store=store)
+
+    # -- the stand-in ----------------------------------------------------------------------------
+
+    def airflow_connection(self) -> str:
+        """The ``yugabytedb_cdc`` connection (JSON): YSQL is the stand-in's PostgreSQL, the extra
+        names its masters."""
+        import json
+
+        standin = self.standin
+        return json.dumps(
+            {
+                "conn_type": "yugabytedb_cdc",
+                "host": standin.host,
+                "port": standin.cluster.port,
+                "schema": standin.database,
+                "login": standin.cluster.superuser,
+                "password": standin.cluster.password,
+                "extra": {"sslmode": "disable", "master_addresses": standin.master_addresses_flag},
+            }
+        )
+
+    def create_stream(self, prefix: str) -> str:
+        """A new DB stream of the workload's tables for the capture ``prefix`` (its consistent
+        snapshot taken now)."""
+        tables = list(self.workload().TABLES)
+        self.streams[prefix] = self.standin.create_stream(self.record_type, "EXPLICIT", tables=tables)
+        return self.streams[prefix]
+
+    def stream(self, crash: CrashCapture) -> str:
+        try:
+            return self.streams[crash.prefix]
+        except KeyError:
+            raise AssertionError(f"capture {crash.prefix!r} has no stream: call create_stream first") from None
+
+    def admin_query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self.standin.connect() as conn:
+            cur = conn.execute(sql, params or None)
+            return cur.fetchall() if cur.description is not None else []
+
+    # -- the adapter -----------------------------------------------------------------------------
+
+    def capture_fields(self, crash: CrashCapture) -> dict[str, Any]:
+        return {
+            "yugabytedb_conn_id": self.conn_id,
+            "stream_id": self.stream(crash),
+            "idle_timeout_seconds": 30.0,
+            **self.variable_fields(),
+        }
+
+    def child_env(self, crash: CrashCapture) -> dict[str, str]:
+        return {f"AIRFLOW_CONN_{self.conn_id.upper()}": self.airflow_connection()}
+
+    def after_child(self, crash: CrashCapture) -> None:
+        self.check_not_ahead(crash, self.stored_offset(crash))
+
+    def settle(self) -> None:
+        self.standin.wait_caught_up()
+
+    def position(self) -> Position:
+        from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.admin import current_hybrid_time
+
+        with self.standin.connect() as conn:
+            return YbLsn(current_hybrid_time(conn))
+
+    def server_checkpoint(self, crash: CrashCapture, tablet_id: str) -> tuple[int, int]:
+        """The (term, index) the server stores for the capture's stream on the tablet."""
+        term, index = self.standin.state(self.stream(crash), tablet_id)["checkpoint"][:2]
+        return term, index
+
+    def check_not_ahead(
+        self, crash: CrashCapture, offset: CaptureOffset | None
+    ) -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
+        """No tablet's server checkpoint is past the offset's (see the class docstring); returns
+        ``{tablet: (server, offset)}`` for the tablets the offset polls."""
+        tablets = offset.tablets.polled() if offset is not None else {}  # type: ignore[attr-defined]
+        if not tablets:
+            if crash.fields().get("snapshot_mode", "initial") != "never":
+                for tablet_id in self.standin_tablets():
+                    state = self.standin.state(self.stream(crash), tablet_id)
+                    server, start = tuple(state["checkpoint"][:2]), tuple(state["start"][:2])
+                    assert server <= start, (
+                        f"{crash.prefix}: tablet {tablet_id} is checkpointed at {server} on the server before "
+                        f"any window landed, past the stream's start {start}"
+                    )
+            return {}
+        assert offset.stream_id == self.stream(crash), f"the offset's stream is {offset.stream_id}"  # type: ignore[union-attr,attr-defined]
+        found, ahead = {}, {}
+        for tablet_id, position in tablets.items():
+            stored = (position.checkpoint.term, position.checkpoint.index)
+            server = found[tablet_id] = self.server_checkpoint(crash, tablet_id), stored
+            if server[0] > stored:
+                ahead[tablet_id] = server
+        assert not ahead, (
+            f"{crash.prefix}: the server's checkpoints are ahead of the stored offset's (tablet: (server, offset)): "
+            f"{ahead}"
+        )
+        return found
+
+    def standin_tablets(self) -> list[str]:
+        """The active tablets of the workload's tables."""
+        return [
+            t["tablet_id"] for table in self.workload().TABLES for t in self.standin.tablets(table) if not t["children"]
+        ]
+
+    def check_acknowledged(self, crash: CrashCapture, offset: CaptureOffset) -> None:
+        assert offset.pending is None, f"the offset has a pending window: {offset.pending}"
+        checkpoints = self.check_not_ahead(crash, offset)
+        assert checkpoints, "the offset holds no tablet checkpoints"
+        behind = {tablet: pair for tablet, pair in checkpoints.items() if pair[0] != pair[1]}
+        assert not behind, (
+            f"{crash.prefix}: after a completed run the server does not hold the offset's checkpoints "
+            f"(tablet: (server, offset)): {behind}"
+        )
+        self.check_capture_lock_released(crash)
+
+    def check_events(self, table: str, events: list[dict]) -> None:
+        """The connector's ``source`` block; every stream event once by its origin (tablet, op id
+        text with the record's write id), the events of a transaction at one commit time, and
+        ``sequence`` ``[previous commit, lsn]`` with the previous commit before this one. Then
+        ``commit_lsn`` := ``commit_time`` for the harness (see the class docstring)."""
+        import json
+
+        assert all(e["source"]["connector"] == "yugabytedb" for e in events), f"{table}: not the connector's block"
+        stream = [e for e in events if e["op"] != "r"]
+        seen = Counter((e["source"]["tablet_id"], e["source"]["lsn"]) for e in stream)
+        twice = [p for p, n in seen.items() if n > 1]
+        assert not twice, f"{table}: change events written twice: {twice[:5]}"
+        commits: dict[str, set[int]] = {}
+        for e in stream:
+            source = e["source"]
+            commits.setdefault(e["transaction"]["id"], set()).add(source["commit_time"])
+            previous, lsn = json.loads(source["sequence"])
+            assert lsn == source["lsn"], source
+            assert previous is None or int(previous) < source["commit_time"], source
+        split = {tx: times for tx, times in commits.items() if len(times) > 1}
+        assert not split, f"{table}: a transaction's events name different commit times: {split}"
+        for e in events:
+            e["source"]["commit_lsn"] = e["source"]["commit_time"]
 
 
 class _MetadataVariable:
@@ -515,5 +722,5 @@ def metadata_variables() -> Iterator[None]:
 
 
 SOURCES: dict[str, type[CrashSource]] = {
-    s.NAME: s for s in (PostgresCrashSource, SqlServerCrashSource, YugabyteCrashSource)
+    s.NAME: s for s in (PostgresCrashSource, SqlServerCrashSource, YugabyteCrashSource, YugabyteCdcCrashSource)
 }
