@@ -543,20 +543,9 @@ class YugabyteCdcCrashSource(YsqlStandInCrashSource):
     def airflow_connection(self) -> str:
         """The ``yugabytedb_cdc`` connection (JSON): YSQL is the stand-in's PostgreSQL, the extra
         names its masters."""
-        import json
+        from tests.support.yugabyte_cdc import airflow_connection
 
-        standin = self.standin
-        return json.dumps(
-            {
-                "conn_type": "yugabytedb_cdc",
-                "host": standin.host,
-                "port": standin.cluster.port,
-                "schema": standin.database,
-                "login": standin.cluster.superuser,
-                "password": standin.cluster.password,
-                "extra": {"sslmode": "disable", "master_addresses": standin.master_addresses_flag},
-            }
-        )
+        return airflow_connection(self.standin)
 
     def create_stream(self, prefix: str) -> str:
         """A new DB stream of the workload's tables for the capture ``prefix`` (its consistent

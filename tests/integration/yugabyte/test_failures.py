@@ -59,14 +59,14 @@ def test_an_expired_slot_fails_or_resnapshots(yugabyte_conn, tmp_path):
     standin, conn_id = yugabyte_conn
     workload.create(standin)
     errors: dict = {}
-    capture = make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=3_600_000)
+    capture = make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=7_200_000)
     dag = capture_dag(f"yb_{standin.database}", capture, errors)
     assert af.run(dag, 0, errors=errors).state == "success", errors
 
     # Nobody read the slot for longer than the retention: YugabyteDB expired it.
-    standin.set_retention_ms(3_600_000)
-    standin.age_slot("cdc_shop", 2 * 3_600_000)
-    _age_last_read(capture, 2 * 3_600_000)
+    standin.set_retention_ms(7_200_000)
+    standin.age_slot("cdc_shop", 3 * 3_600_000)
+    _age_last_read(capture, 3 * 3_600_000)
     workload.mutate(standin, 1)
     failed = af.run(dag, 1, errors=errors)
     assert failed.state == "failed"
@@ -77,7 +77,7 @@ def test_an_expired_slot_fails_or_resnapshots(yugabyte_conn, tmp_path):
     errors.clear()
     recovering = capture_dag(
         f"yb2_{standin.database}",
-        make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=3_600_000, snapshot_mode="when_needed"),
+        make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=7_200_000, snapshot_mode="when_needed"),
         errors,
     )
     again = af.run(recovering, 2, errors=errors)
