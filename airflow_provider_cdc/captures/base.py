@@ -362,8 +362,9 @@ class SourceRun(ABC):
         """Run ``heartbeat_action_query`` in its own transaction."""
 
     @abstractmethod
-    def acknowledge(self, position: Position) -> Position | None:
-        """Tell the source everything before ``position`` landed (None: nothing to tell it)."""
+    def acknowledge(self, position: Position, saved: CaptureOffset | None = None) -> Position | None:
+        """Tell the source everything before ``position`` landed (None: nothing to tell it).
+        ``saved`` is the offset as just stored, for sources that acknowledge more than a position."""
 
     @abstractmethod
     def finish_landed(self, offset: CaptureOffset | None) -> None:

@@ -333,7 +333,7 @@ class PostgresRun(SourceRun):
     def heartbeat(self, query: str) -> None:
         admin.run_heartbeat(self.conn, query)
 
-    def acknowledge(self, position: Any) -> Lsn:
+    def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> Lsn:
         return admin.advance_slot(self.conn, self.slot_name, Lsn(position))
 
     def finish_landed(self, offset: CaptureOffset | None) -> None:

@@ -404,7 +404,7 @@ class SqlServerRun(SourceRun):
         finally:
             cursor.close()
 
-    def acknowledge(self, position: Any) -> None:
+    def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> None:
         """SQL Server has no reader position to move: the change rows stay until the cleanup job."""
         return None
 

@@ -390,7 +390,7 @@ class YugabyteRun(SourceRun):
     def heartbeat(self, query: str) -> None:
         pg_admin.run_heartbeat(self.conn, query)
 
-    def acknowledge(self, position: Any) -> YbLsn | None:
+    def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> YbLsn | None:
         flush = planning.acknowledged(int(position))
         slot = self.status()
         if slot is None:

@@ -426,13 +426,13 @@ class YugabyteCdcServiceRun(SourceRun):
 
         pg_admin.run_heartbeat(self.conn, query)
 
-    def acknowledge(self, position: Any) -> YbLsn | None:
+    def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> YbLsn | None:
         """Store the saved offset's tablet checkpoints on the server (``SetCDCCheckpoint``): called
-        after the sink commit and the offset save, so the server never releases what the sink lacks."""
-        offset = peek_offset(self.capture.store(), self.capture.topic_prefix, self.capture.OFFSET_TYPE)
-        if offset is None or offset.lsn is None or int(offset.lsn) != int(position):
+        after the sink commit and the offset save, so the server never releases what the sink lacks.
+        Without a saved offset ending at ``position`` there is nothing safe to store."""
+        if saved is None or saved.pending is not None or saved.lsn is None or int(saved.lsn) != int(position):
             return None
-        return self._store_checkpoints(offset)  # type: ignore[arg-type]
+        return self._store_checkpoints(saved)  # type: ignore[arg-type]
 
     def _store_checkpoints(self, offset: YbCdcOffset) -> YbLsn | None:
         if offset.stream_id != self.stream_id or not offset.tablets:

@@ -314,7 +314,7 @@ class _RunState:
         return self.stored
 
     def acknowledge(self, position: Position) -> Position | None:
-        return self.source.acknowledge(position)
+        return self.source.acknowledge(position, saved=self.stored)
 
 
 class CdcSnapshotOperator(_WindowOperator):

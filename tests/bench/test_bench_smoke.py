@@ -86,3 +86,10 @@ def test_state_merge_benchmark():
     out = run("state_merge.py", "--rows", "5000", "20000", "--changes", "200", "--repeat", "1")
     for label in ("full rewrite", "Delta MERGE", "Iceberg MERGE"):
         ratio(out, f"ratio {label} 20,000/5,000")
+
+
+def test_yugabyte_cdc_window_benchmark():
+    out = run("yugabyte_cdc_window.py", "--changes", "3000", "--repeat", "1", "--chunk", "1000")
+    ratio(out, "ratio window/fetch")
+    assert "tablets: 4," in out, out
+    assert re.search(r"peak RSS \(own process\), 12,000 changes: \d+ MiB", out), out  # the 4N window

@@ -37,6 +37,12 @@ def _check(name: str, value: Any, bounds: tuple[int, int]) -> int:
     return value
 
 
+def op_id_text(term: int, index: int, key: bytes, write_id: int, snapshot_time: int) -> str:
+    """:meth:`Checkpoint.text` without building one: called per record for ``source.lsn``."""
+    encoded = base64.b64encode(key).decode("ascii") if key else ""
+    return f"{term}:{index}:{encoded}:{write_id}:{snapshot_time}"
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """YB's ``CDCSDKCheckpointPB``: a position in one tablet's WAL (``key``/``write_id`` resume a
@@ -63,8 +69,7 @@ class Checkpoint:
 
     def text(self) -> str:
         """Debezium's ``OpId.toSerString``: ``term:index:base64(key):write_id:snapshot_time``."""
-        key = base64.b64encode(self.key).decode("ascii")
-        return f"{self.term}:{self.index}:{key}:{self.write_id}:{self.snapshot_time}"
+        return op_id_text(self.term, self.index, self.key, self.write_id, self.snapshot_time)
 
     @classmethod
     def parse(cls, text: str) -> Checkpoint:

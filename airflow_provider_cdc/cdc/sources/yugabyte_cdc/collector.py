@@ -33,7 +33,7 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, Rel
 from airflow_provider_cdc.cdc.sources.postgres.stream import FlushFn, StreamStats, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_to_unix_us
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import op_id_text
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import Change, Item, TxBegin, TxEnd, TxKey
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
@@ -66,7 +66,7 @@ _SOURCE_INDEX = {f.name: i for i, f in enumerate(YB_SOURCE_BLOCK)}
 def record_lsn(record: pb.CDCSDKProtoRecordPB) -> str:
     """A record's ``source.lsn``: its op id as the connector's ``OpId`` text."""
     op = record.cdc_sdk_op_id
-    return Checkpoint(op.term, op.index, op.write_id_key, op.write_id, 0).text()
+    return op_id_text(op.term, op.index, op.write_id_key, op.write_id, 0)
 
 
 class YbCdcWindowCollector(WindowCollector):
@@ -138,8 +138,14 @@ class YbCdcWindowCollector(WindowCollector):
             raise DecodingError(f"change of transaction {change.key.id} outside it")
         row = change.record.row_message
         oid = relation_oid(row.table_id)
-        if change.schema is not None and self._fed.get(oid) is not change.schema:
-            self._relation_of(oid, change.schema)
+        schema = change.schema
+        if schema is not None and (fed := self._fed.get(oid)) is not schema:
+            # Each tablet sends its own DDL record: an equal one (most tablet switches) needs no
+            # new Relation, only the identity check's fast path next time.
+            if fed is not None and fed == schema:
+                self._fed[oid] = schema
+            else:
+                self._relation_of(oid, schema)
         relation = self._relations.get(oid)
         if relation is None:
             if oid in self._relations:
