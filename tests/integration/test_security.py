@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import stat
+import subprocess
 import tempfile
 import traceback
 from dataclasses import dataclass, replace
@@ -268,10 +269,18 @@ def _files(root: Path) -> dict[Path, tuple[int, int]]:
 
 
 def _read(path: Path) -> bytes:
+    """A file's bytes, read by another process. Closing any descriptor of a file drops every POSIX
+    lock its process holds on that file, and SQLite holds the Airflow metadata database's locks that
+    way: reading ``airflow.db`` (or its ``-shm``) from this process would leave this process's open
+    connection unlocked, and the next crash child to close its connection would delete the WAL under
+    it ("database disk image is malformed" later; sqlite.org/howtocorrupt.html, section 2.2)."""
     try:
-        return path.read_bytes() if path.stat().st_size < 256 * 1024 * 1024 else b""
-    except OSError:  # gone meanwhile, or a file of another user
+        if path.stat().st_size >= 256 * 1024 * 1024:
+            return b""
+    except OSError:  # gone meanwhile
         return b""
+    done = subprocess.run(["cat", "--", str(path)], capture_output=True, check=False)
+    return done.stdout if done.returncode == 0 else b""  # gone meanwhile, or a file of another user
 
 
 def test_credentials_never_appear_anywhere(db15, airflow_db, spark, tmp_path, monkeypatch, capfd, caplog):
