@@ -41,9 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-    from tests.support.yugabyte_cdc import YugabyteCdcStandIn
 
 PREFIX = "bench"
 TABLE = "events"
@@ -90,38 +88,6 @@ class Backlog:
             # One simple-query message per transaction: building the backlog is not what is measured.
             conn.execute("BEGIN; " + "; ".join(statements) + "; COMMIT")
             made += len(statements)
-
-
-def start_streaming(yb: YugabyteCdcStandIn, stream: str) -> TabletCheckpoints:
-    """Snapshot-less start, as tests/integration/yugabyte_cdc/test_stream.py: each tablet
-    checkpointed at its latest op (``SetCDCCheckpoint(bootstrap)``, then ``GetCheckpoint``)."""
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
-        Checkpoint,
-        TabletCheckpoints,
-        TabletPosition,
-        TabletState,
-    )
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
-
-    tablets: dict[str, TabletState] = {}
-    for tablet in yb.tablets(TABLE):
-        with RpcConnection(*yb.tserver_addresses[tablet["leader"]], connect_timeout=5) as connection:
-            stream_id, tablet_id = stream.encode(), tablet["tablet_id"].encode()
-            connection.invoke(
-                methods.SET_CDC_CHECKPOINT,
-                pb.SetCDCCheckpointRequestPB(stream_id=stream_id, tablet_id=tablet_id, bootstrap=True),
-                timeout=20,
-            )
-            op = connection.invoke(
-                methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(stream_id=stream_id, tablet_id=tablet_id), timeout=20
-            ).checkpoint.op_id
-        assert op.term > 0 and op.index > 0, op
-        tablets[tablet["tablet_id"]] = TabletState(
-            TabletPosition(Checkpoint(op.term, op.index)), table_ids=(tablet["table_id"],)
-        )
-    return TabletCheckpoints(tablets)
 
 
 def fetch_records(spec: YbCdcJobSpec) -> tuple[int, int]:
@@ -199,6 +165,7 @@ def main() -> int:
     from airflow_provider_cdc.cdc.window import Window
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
     from tests.support.yugabyte_cdc import YugabyteCdcStandIn
+    from tests.support.yugabyte_cdc.starts import start_streaming
 
     def no_spark() -> None:
         raise AssertionError("a stream window on a local sink must not start Spark")
@@ -215,7 +182,7 @@ def main() -> int:
             assert time.monotonic() < deadline, "the stand-in gave the table no tablets"
             time.sleep(0.2)
         stream = yb.create_stream("CHANGE", "EXPLICIT", tables=[TABLE])
-        start = start_streaming(yb, stream)
+        start = start_streaming(yb, stream, TABLE)
         assert len(start) == args.tablets, start
         from_ht = yb.wait_caught_up() + 1
         backlog = Backlog()

@@ -30,11 +30,11 @@ from tests.integration.yugabyte_cdc.test_stream import (
     keys_per_tablet,
     make_spec,
     no_spark,
-    start_streaming,
     topic,
 )
 from tests.support.oracle import replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
+from tests.support.yugabyte_cdc.starts import start_streaming
 
 pytestmark = pytest.mark.pg
 

@@ -12,22 +12,17 @@ import pytest
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
-    Checkpoint,
     TabletCheckpoints,
-    TabletPosition,
-    TabletState,
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 from airflow_provider_cdc.cdc.spec import CaptureOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 from tests.support.oracle import events_of, ordered, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
+from tests.support.yugabyte_cdc.starts import start_streaming
 
 pytestmark = pytest.mark.pg
 
@@ -42,32 +37,6 @@ def no_spark():
 @pytest.fixture(scope="module")
 def yb(request, clusters) -> Iterator[YugabyteCdcStandIn]:
     yield from standin_for(request, clusters["pg15"], rpc_heartbeat_interval=0.3)
-
-
-def start_streaming(yb: YugabyteCdcStandIn, stream: str, table: str) -> TabletCheckpoints:
-    """Snapshot-less start (snapshot mode "never"): each tablet checkpointed at its latest op
-    (``SetCDCCheckpoint(bootstrap)`` then ``GetCheckpoint``), as the job's initial checkpoints."""
-    tablets: dict[str, TabletState] = {}
-    for tablet in yb.tablets(table):
-        address = yb.tserver_addresses[tablet["leader"]]
-        connection = RpcConnection(*address, connect_timeout=5)
-        try:
-            stream_id, tablet_id = stream.encode(), tablet["tablet_id"].encode()
-            connection.invoke(
-                methods.SET_CDC_CHECKPOINT,
-                pb.SetCDCCheckpointRequestPB(stream_id=stream_id, tablet_id=tablet_id, bootstrap=True),
-                timeout=20,
-            )
-            op = connection.invoke(
-                methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(stream_id=stream_id, tablet_id=tablet_id), timeout=20
-            ).checkpoint.op_id
-        finally:
-            connection.close()
-        assert op.term > 0 and op.index > 0
-        tablets[tablet["tablet_id"]] = TabletState(
-            TabletPosition(Checkpoint(op.term, op.index)), table_ids=(tablet["table_id"],)
-        )
-    return TabletCheckpoints(tablets)
 
 
 def keys_per_tablet(yb: YugabyteCdcStandIn, table: str, candidates=range(1000, 1200)) -> dict[str, list[int]]:
