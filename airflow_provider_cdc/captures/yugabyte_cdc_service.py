@@ -480,6 +480,7 @@ class YugabyteCdcServiceRun(SourceRun):
             tablets=offset.tablets if stream else TabletCheckpoints(),  # type: ignore[union-attr]
             previous_commit_ht=offset.last_commit_ht if stream else None,  # type: ignore[union-attr]
             record_type=None if status is None else status.record_type,
+            table_ids=tuple((ref, self.ids.tables[ref]) for ref in self.tables if ref in self.ids.tables),
             tls=self.hook.rpc_tls,
             options=capture.run_options(),
             spark=capture.spark_options(),

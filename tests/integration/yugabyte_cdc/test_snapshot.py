@@ -10,6 +10,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -194,6 +195,59 @@ def test_a_captured_table_not_in_the_stream_fails_before_anything_lands(yb, prov
     assert committed_windows(str(tmp_path), PREFIX) == []
     assert read_topic_arrow(str(tmp_path), PREFIX, f"{PREFIX}.public.{inside}") is None
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_known_table_ids_leave_the_other_stream_tables_untouched(yb, provider, tmp_path):
+    """With the captured tables' ids (the capture reads them from the YSQL catalog) the snapshot
+    bootstraps only their tablets: a bootstrap makes the server keep a tablet's changes for the
+    stream, so probing a table the capture never reads would hold them until the stream expires."""
+    known, other, outside = "snap_known", "snap_other", "snap_elsewhere"
+    with yb.connect() as conn:
+        for name in (known, other, outside):
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 12) g")
+    yb.wait_caught_up()
+    ids = {name: yb.tablets(name)[0]["table_id"] for name in (known, other, outside)}
+
+    def spec(stream: str, tables: list[str], sink, with_ids: bool) -> YbCdcJobSpec:
+        base = snapshot_spec(yb, stream, tables, sink)
+        if not with_ids:
+            return base
+        return replace(base, table_ids=tuple((TableRef("public", t), ids[t]) for t in tables))
+
+    def states(stream: str, table: str) -> dict[str, tuple]:
+        fields = ("start", "checkpoint", "snapshot_key", "polled")  # the stream's own, not the tablet's
+        return {
+            t["tablet_id"]: tuple(yb.state(stream, t["tablet_id"])[f] for f in fields) for t in yb.tablets(table)
+        }
+
+    def touched(stream: str, table: str, before: dict[str, tuple]) -> set[str]:
+        """The tablets whose stream state (checkpoint, snapshot key, polling) moved since ``before``."""
+        return {tablet for tablet, state in states(stream, table).items() if state != before[tablet]}
+
+    stream = yb.create_stream("CHANGE", "EXPLICIT", tables=[known, other])
+    before = {t: states(stream, t) for t in (known, other)}
+    entry = run_job(spec(stream, [known], tmp_path / "ids", with_ids=True), provider)
+    assert entry.stats["rows"] == {f"{PREFIX}.public.{known}": 12}
+    assert touched(stream, known, before[known]) == set(before[known])
+    assert touched(stream, other, before[other]) == set()
+    starts = TabletCheckpoints.from_json(entry.stats["source_state"]["tablets"])
+    assert set(starts) == {t["tablet_id"] for t in yb.tablets(known)}
+
+    # Without them (an older spec) the other table's tablet is probed for its name: what the ids avoid.
+    probing = yb.create_stream("CHANGE", "EXPLICIT", tables=[known, other])
+    untouched = states(probing, other)
+    run_job(spec(probing, [known], tmp_path / "probe", with_ids=False), provider)
+    assert len(touched(probing, other, untouched)) == 1
+
+    # A known id the stream lacks fails before any tablet is touched or anything lands.
+    sink = tmp_path / "outside"
+    narrow = yb.create_stream("CHANGE", "EXPLICIT", tables=[known])
+    untouched = states(narrow, known)
+    with pytest.raises(CdcConfigurationError, match=rf'"public"\."{outside}" are not in CDC stream {narrow}; '):
+        run_job(spec(narrow, [known, outside], sink, with_ids=True), provider)
+    assert touched(narrow, known, untouched) == set()
+    assert committed_windows(str(sink), PREFIX) == [] and not list(tmp_path.glob("outside/**/*.parquet"))
 
 
 def test_leader_moves_and_refusals_during_the_snapshot(yb, provider, small_pages, tmp_path, monkeypatch):

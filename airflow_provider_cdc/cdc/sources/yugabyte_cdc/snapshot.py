@@ -23,9 +23,13 @@ rows loses none.
 
 **Which table is which.** The masters list a stream's tables by id only; the schema (name,
 columns, key) comes in the ``DDL`` record a ``GetChanges`` with ``need_schema_info`` puts first.
-The driver asks one tablet of each stream table for it (the bootstrap, else the first page; of a
-table not captured, that one tablet is bootstrapped and nothing more), so a captured table the
-stream lacks fails before anything is written (:class:`CdcConfigurationError`).
+The capture passes the captured tables' ids (``YbCdcJobSpec.table_ids``, from the YSQL catalog),
+so only their tablets are bootstrapped: a bootstrap makes the server keep a tablet's changes for
+the stream, and a table the capture never reads would keep them until the stream expires. The
+driver asks one tablet of each captured table for its ``DDL`` record (the bootstrap, else the
+first page). Without ids (a spec from before they were passed) it asks one tablet of every stream
+table, to find the captured ones by name. Either way a captured table the stream lacks fails
+before anything is written (:class:`CdcConfigurationError`).
 The table version is built from that record exactly as the stream collector builds it (no
 catalog: :func:`~.records.relation_columns`, :func:`~.records.ddl_key_columns`), so snapshot and
 stream events of a table share one layout.
@@ -425,12 +429,22 @@ def _ddl_of(records: Sequence[pb.CDCSDKProtoRecordPB], table_id: str) -> pb.RowM
 
 
 def plan_snapshot(
-    client: YbCdcClient, captured: Sequence[TableRef], settings: EventSettings | None = None
+    client: YbCdcClient,
+    captured: Sequence[TableRef],
+    settings: EventSettings | None = None,
+    known_ids: Mapping[TableRef, str] | None = None,
 ) -> SnapshotPlan:
     """Find the captured tables among the stream's, bootstrap each of their tablets and check
     they share one snapshot time. Fails before anything is read when a captured table is not in
-    the stream (:class:`CdcConfigurationError`) or the times differ (:class:`CdcStateError`)."""
+    the stream (:class:`CdcConfigurationError`) or the times differ (:class:`CdcStateError`).
+    With ``known_ids`` (every captured table's id) no other stream table's tablet is touched: a
+    bootstrap makes the server keep that tablet's changes for the stream until it expires."""
     _, table_ids = client.stream_tables()
+    if known_ids and all(ref in known_ids for ref in captured):
+        absent = [ref for ref in captured if known_ids[ref] not in table_ids]
+        if absent:
+            raise _not_in_stream(client, absent, "")
+        table_ids = [known_ids[ref] for ref in captured]
     tablets = client.tablets(table_ids)
     by_table: dict[str, list[str]] = {table_id: [] for table_id in table_ids}
     for tablet_id, tables in tablets.items():
@@ -450,13 +464,8 @@ def plan_snapshot(
         found[table.ref] = table
     missing = [ref for ref in captured if ref not in found]
     if missing:
-        names = ", ".join(ref.quoted(POSTGRES_NAMES) for ref in missing)
         known = ", ".join(sorted(ref.quoted(POSTGRES_NAMES) for ref in found)) or "none"
-        raise CdcConfigurationError(
-            f"table(s) {names} are not in CDC stream {client.stream_id} (its tables: {known}); "
-            "a stream captures the tables it was created with: remove them from the capture or use a stream "
-            "that has them"
-        )
+        raise _not_in_stream(client, missing, f" (its tables: {known})")
     tables = {ref: found[ref] for ref in captured}
     for table in tables.values():
         if settings is not None:
@@ -480,12 +489,20 @@ def plan_snapshot(
     return SnapshotPlan(snapshot_ht, tables, tasks, starts)
 
 
+def _not_in_stream(client: YbCdcClient, missing: Sequence[TableRef], tables: str) -> CdcConfigurationError:
+    names = ", ".join(ref.quoted(POSTGRES_NAMES) for ref in missing)
+    return CdcConfigurationError(
+        f"table(s) {names} are not in CDC stream {client.stream_id}{tables}; a stream captures the tables "
+        "it was created with: remove them from the capture or use a stream that has them"
+    )
+
+
 def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
     """Snapshot the captured tables through the CDC service into the sink and commit the window
     (ending at the snapshot time + 1), with each tablet's streaming start as ``source_state``."""
     started = time.monotonic()
     with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
-        plan = plan_snapshot(client, spec.tables, spec.events)
+        plan = plan_snapshot(client, spec.tables, spec.events, dict(spec.table_ids))
     ht = plan.snapshot_ht
     faults.point("snapshot.exported")
     log.info(

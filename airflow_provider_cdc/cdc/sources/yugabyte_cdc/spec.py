@@ -40,6 +40,9 @@ class YbCdcJobSpec:
     tablets: TabletCheckpoints = field(default_factory=TabletCheckpoints)  # where each tablet starts
     previous_commit_ht: int | None = None
     record_type: str | None = None  # CDCRecordType name; None: asked from the stream
+    # The captured tables' YB ids (from the YSQL catalog): the snapshot then touches only their
+    # tablets. Empty: learnt from one tablet of each stream table (every stream table is probed).
+    table_ids: tuple[tuple[TableRef, str], ...] = ()
     tls: TlsOptions | None = None
     options: CaptureOptions = field(default_factory=CaptureOptions)
     spark: SparkOptions = field(default_factory=SparkOptions)
@@ -75,6 +78,7 @@ class YbCdcJobSpec:
             "tablets": self.tablets.to_json(),
             "previous_commit_ht": self.previous_commit_ht,
             "record_type": self.record_type,
+            "table_ids": [[*ref.to_json(), table_id] for ref, table_id in self.table_ids],
             "tls": None if self.tls is None else asdict(self.tls),
         }
 
@@ -93,6 +97,9 @@ class YbCdcJobSpec:
             tablets=TabletCheckpoints.from_json(data.get("tablets")),
             previous_commit_ht=data.get("previous_commit_ht"),
             record_type=data.get("record_type"),
+            table_ids=tuple(
+                (TableRef(schema, name), table_id) for schema, name, table_id in data.get("table_ids") or ()
+            ),
             tls=None if tls is None else TlsOptions(**tls),
         )
 

@@ -33,6 +33,7 @@ def spec(**kw) -> YbCdcJobSpec:
         "tablets": tablets,
         "previous_commit_ht": 99,
         "record_type": "CHANGE",
+        "table_ids": ((TableRef("public", "orders"), "000033e5000030008000000000004000"),),
         "tls": TlsOptions(ca_file="/etc/ca.pem", check_hostname=False),
     }
     return YbCdcJobSpec(**{**base, **kw})
