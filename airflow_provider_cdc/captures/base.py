@@ -333,6 +333,13 @@ class SourceRun(ABC):
     identity: OffsetIdentity
     tables: tuple[TableRef, ...]
 
+    def __init__(self, capture: Any, hook: Any, conn: Any, identity: OffsetIdentity) -> None:
+        self.capture = capture
+        self.hook = hook
+        self.conn = conn  # the session holding the capture lock
+        self.identity = identity
+        self.tables = ()
+
     @abstractmethod
     def status(self) -> Any:
         """The source's view of this capture now (PostgreSQL: the slot; None where it has none)."""

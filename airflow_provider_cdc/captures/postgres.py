@@ -261,12 +261,8 @@ class PostgresCapture(Capture):
 class PostgresRun(SourceRun):
     """One run's session with PostgreSQL, on the connection holding the capture lock."""
 
-    def __init__(self, capture: PostgresCapture, hook: PostgresCdcHook, conn: Any, identity: OffsetIdentity):
-        self.capture = capture
-        self.hook = hook
-        self.conn = conn
-        self.identity = identity
-        self.tables = ()
+    capture: PostgresCapture
+    hook: PostgresCdcHook
 
     @property
     def slot_name(self) -> str:

@@ -323,12 +323,11 @@ def changes_lost(
 class SqlServerRun(SourceRun):
     """One run's session with SQL Server, on the connection holding the capture lock."""
 
+    capture: SqlServerCapture
+    hook: SqlServerCdcHook
+
     def __init__(self, capture: SqlServerCapture, hook: SqlServerCdcHook, conn: Any, identity: OffsetIdentity):
-        self.capture = capture
-        self.hook = hook
-        self.conn = conn
-        self.identity = identity
-        self.tables = ()
+        super().__init__(capture, hook, conn, identity)
         self._status: SqlServerStatus | None = None
 
     def status(self) -> SqlServerStatus:

@@ -270,12 +270,11 @@ class YugabyteCapture(PostgresCapture):
 class YugabyteRun(SourceRun):
     """One run's session with YugabyteDB, on the connection holding the capture lock."""
 
+    capture: YugabyteCapture
+    hook: YugabyteCdcHook
+
     def __init__(self, capture: YugabyteCapture, hook: YugabyteCdcHook, conn: Any, identity: OffsetIdentity):
-        self.capture = capture
-        self.hook = hook
-        self.conn = conn
-        self.identity = identity
-        self.tables: tuple[TableRef, ...] = ()
+        super().__init__(capture, hook, conn, identity)
         self._snapshot_ht: int | None = None
         self._snapshot_end: int | None = None
         self._slot_before: admin.YbSlotStatus | None = None

@@ -307,6 +307,9 @@ def stream_unavailable(
 class YugabyteCdcServiceRun(SourceRun):
     """One run's session: the YSQL connection holding the capture lock, and the stream's client."""
 
+    capture: YugabyteCdcServiceCapture
+    hook: YugabyteCdcServiceHook
+
     def __init__(
         self,
         capture: YugabyteCdcServiceCapture,
@@ -315,13 +318,9 @@ class YugabyteCdcServiceRun(SourceRun):
         client: YbCdcClient,
         ids: DatabaseIds,
     ):
-        self.capture = capture
-        self.hook = hook
-        self.conn = conn
+        super().__init__(capture, hook, conn, capture.identity(ids.namespace_id, ids.database))
         self.client = client
         self.ids = ids
-        self.identity = capture.identity(ids.namespace_id, ids.database)
-        self.tables: tuple[TableRef, ...] = ()
         self._status: StreamStatus | None = None
         self._status_read = False
 
