@@ -37,7 +37,7 @@ def test_a_lost_acknowledgement_retransmits_and_nothing_is_doubled(yugabyte_conn
 
     # The acknowledgement is lost (the worker died after the offset save): the slot stays behind.
     with monkeypatch.context() as patched:
-        patched.setattr(captures.YugabyteRun, "acknowledge", lambda self, position: None)
+        patched.setattr(captures.YugabyteRun, "acknowledge", lambda self, position, saved=None: None)
         made = workload.mutate(standin, 1)
         second = af.run(dag, 1, errors=errors)
         assert second.state == "success", errors
