@@ -12,11 +12,27 @@ _LIBPQ_FIELDS = {
     "sslmode": {
         "label": "SSL mode",
         "schema": {**_TEXT, "enum": [None, "disable", "allow", "prefer", "require", "verify-ca", "verify-full"]},
-        "description": "libpq sslmode; verify-full for production",
+        "description": (
+            "libpq sslmode. Empty: verified TLS (verify-full); a server that offers no TLS is refused, unless it "
+            "is on the worker's own host (Unix socket, loopback: unencrypted with a warning in the task log). "
+            "verify-full: TLS required. Weaker modes (disable, prefer for a trusted network) are honoured and "
+            "logged with what they leave unchecked"
+        ),
     },
-    "sslrootcert": {"label": "SSL root certificate (path on the workers)", "schema": _TEXT},
+    "sslrootcert": {
+        "label": "SSL root certificate (path on the workers)",
+        "schema": _TEXT,
+        "description": (
+            "CA certificate (PEM) that signed the server's certificate; empty: ~/.postgresql/root.crt, "
+            "else the system's trusted roots"
+        ),
+    },
     "sslcert": {"label": "SSL client certificate (path on the workers)", "schema": _TEXT},
-    "sslkey": {"label": "SSL client key (path on the workers)", "schema": _TEXT},
+    "sslkey": {
+        "label": "SSL client key (path on the workers)",
+        "schema": _TEXT,
+        "description": "a PEM key file; libpq's engine:key form is refused (no ':')",
+    },
     "connect_timeout": {"label": "Connect timeout (seconds)", "schema": {"type": ["integer", "null"]}},
     "application_name": {
         "label": "Application name",
@@ -41,16 +57,29 @@ _YUGABYTE_FIELDS = {
         "schema": _TEXT,
         "description": "host:port,... of the masters' RPC port, for YugabyteCdcServiceCapture (default: host:7100)",
     },
+    "rpc_sslmode": {
+        "label": "RPC TLS mode (CDC service)",
+        "schema": {**_TEXT, "enum": [None, "verify-full", "verify-ca", "disable"]},
+        "description": "TLS to the masters and tablet servers; empty is verify-full, disable is plaintext",
+    },
     "rpc_ssl_root_cert": {"label": "RPC TLS root certificate (path on the workers)", "schema": _TEXT},
     "rpc_ssl_cert": {"label": "RPC TLS client certificate (path on the workers)", "schema": _TEXT},
     "rpc_ssl_key": {"label": "RPC TLS client key (path on the workers)", "schema": _TEXT},
+    "rpc_get_changes_max_bytes": {
+        "label": "Largest GetChanges response (bytes)",
+        "schema": {"type": ["integer", "null"]},
+        "description": "default 64 MiB; raise it for clusters with larger GetChanges thresholds or very wide rows",
+    },
 }
 _YUGABYTE_BEHAVIOUR = {**_LIBPQ_BEHAVIOUR, "placeholders": {**_LIBPQ_BEHAVIOUR["placeholders"], "port": "5433"}}
 _ODBC_FIELDS = {
     "driver": {
-        "label": "ODBC driver",
-        "schema": {**_TEXT, "default": "ODBC Driver 18 for SQL Server"},
-        "description": "the name registered in odbcinst.ini on the workers",
+        "label": "ODBC driver (only where the deployment allows it)",
+        "schema": _TEXT,
+        "description": "an installed driver's name (odbcinst.ini), never a path; used only when the Airflow config "
+        "[cdc] sqlserver_allow_driver_in_extra is True, else refused: the DAG's odbc_driver names the driver "
+        "(default ODBC Driver 18 for SQL Server). Other extras: Encrypt, TrustServerCertificate, "
+        "HostNameInCertificate, ApplicationIntent, ... (docs/sqlserver.md)",
     },
     "Encrypt": {"label": "Encrypt", "schema": {**_TEXT, "enum": [None, "yes", "no", "strict"]}},
     "TrustServerCertificate": {
@@ -66,6 +95,29 @@ _ODBC_BEHAVIOUR = {
 }
 
 
+# The provider's Airflow configuration (``[cdc]``), declared as Airflow's own providers declare
+# theirs: ``airflow config list`` shows it with its default and description.
+_CONFIG = {
+    "cdc": {
+        "description": "Settings of the change data capture provider (airflow-provider-cdc).\n",
+        "options": {
+            "sqlserver_allow_driver_in_extra": {
+                "description": "Whether a SQL Server connection's ``driver`` extra may choose the ODBC driver. "
+                "unixODBC loads the library a driver names, so whoever can edit connections could run code on the "
+                "workers: leave it False unless you trust them with that. When False, the DAG names the driver "
+                "(``SqlServerCapture(odbc_driver=...)``, default ODBC Driver 18 for SQL Server) and a connection "
+                "whose extra names another one is refused. Either way only an installed driver's name is accepted, "
+                "never a path.\n",
+                "version_added": "0.1.0",
+                "type": "boolean",
+                "example": None,
+                "default": "False",
+            }
+        },
+    }
+}
+
+
 def get_provider_info() -> dict:
     return {
         "package-name": "airflow-provider-cdc",
@@ -75,6 +127,7 @@ def get_provider_info() -> dict:
         "Debezium-compatible change "
         "events, run on Spark.",
         "versions": [__version__],
+        "config": _CONFIG,
         "integrations": [
             {
                 "integration-name": "PostgreSQL change capture",

@@ -16,7 +16,8 @@ transactions of 100) on one table, waits for the emulated capture job, then meas
 It also reports the job's peak memory (RSS high-water mark of a child process running the job
 alone) at N and at 4N changes: chunks of ``max_changes_per_chunk`` bound what the job holds, and
 the stand-in's driver reads results through cursors a page at a time (psqlODBC's
-``UseDeclareFetch=1``), as a real SQL Server driver streams them. Figures are medians.
+``UseDeclareFetch=1``, a default of the driver entry tests/support/odbc.py registers), as a real
+SQL Server driver streams them. Figures are medians.
 """
 
 from __future__ import annotations
@@ -103,9 +104,10 @@ def main() -> int:
     from airflow_provider_cdc.cdc.tables import TableRef
     from airflow_provider_cdc.cdc.window import Window
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
+    from tests.support import odbc
     from tests.support.sqlserver import ODBC_DRIVER, SqlServerStandIn
-    from tests.support.sqlserver.standin import DRIVER_OPTIONS
 
+    odbc.install()  # the stand-in's driver entry, before the first ODBC use (the memory child inherits it)
     cluster = PostgresCluster(available_flavours()["pg15"], scratch_dir("bench-sqlserver-")).start()
     sink_root = Path(tempfile.mkdtemp(prefix="bench-sqlserver-sink-"))
     try:
@@ -123,7 +125,6 @@ def main() -> int:
             user=cluster.superuser,
             password=cluster.password,
             driver=ODBC_DRIVER,
-            options=tuple(tuple(o.split("=", 1)) for o in DRIVER_OPTIONS.split(";")),
         )
 
         def measure(changes: int, repeat: int, label: str, start: SqlServerLsn | None = None) -> dict:
@@ -195,6 +196,7 @@ def main() -> int:
         cluster.stop()
         shutil.rmtree(cluster.base_dir, ignore_errors=True)
         shutil.rmtree(sink_root, ignore_errors=True)
+        odbc.remove()
     return 0
 
 

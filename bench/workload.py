@@ -126,7 +126,14 @@ def job_spec(cluster, window, sink: Path, **options):
 
     return PostgresJobSpec(
         topic_prefix="bench",
-        connection=PgConnectionInfo(cluster.host, cluster.port, "bench", cluster.superuser, password=cluster.password),
+        connection=PgConnectionInfo(
+            cluster.host,
+            cluster.port,
+            "bench",
+            cluster.superuser,
+            password=cluster.password,
+            options=(("sslmode", "disable"),),  # the loopback cluster serves plain TCP: no TLS attempt per task
+        ),
         slot_name="bench_slot",
         publication_name="bench_pub",
         tables=(TableRef("public", "accounts"),),

@@ -101,7 +101,7 @@ def fetch_records(spec: YbCdcJobSpec) -> tuple[int, int]:
     dml = {pb.RowMessage.INSERT, pb.RowMessage.UPDATE, pb.RowMessage.DELETE}
     from_ht, to_ht = int(spec.window.from_lsn), int(spec.window.to_lsn)
     records = changes = 0
-    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id) as client:
+    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
         for tablet, position in spec.tablets.polled().items():
             fetch = client.fetcher(tablet, explicit=position.checkpoint)
             # The job's end (to_ht - 1: the window is [from, to)) and its idle handling.
@@ -199,6 +199,7 @@ def main() -> int:
                 tablets=start,
                 record_type="CHANGE",
                 options=CaptureOptions(max_changes_per_chunk=args.chunk, idle_timeout_seconds=IDLE_TIMEOUT),
+                tls=None,  # the stand-in's RPC ports are plaintext
             )
 
         def build(changes: int, label: str) -> int:

@@ -16,7 +16,9 @@ missing=()
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
-# unixODBC (pyodbc links against it) and psqlODBC, the driver the SQL Server stand-in is reached through.
+# unixODBC (pyodbc links against it, odbcinst reports its configuration) and psqlODBC, the driver the
+# SQL Server stand-in is reached through: the tests register its library, as [PostgreSQL Unicode] names it,
+# under a driver entry of their own in a private odbcinst.ini (tests/support/odbc.py).
 command -v odbcinst >/dev/null 2>&1 || missing+=(unixodbc)
 grep -qs '^\[PostgreSQL Unicode\]' /etc/odbcinst.ini || missing+=(odbc-postgresql)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -19,7 +19,14 @@ def main() -> int:
     cluster = PostgresCluster(available_flavours()["pg15"], work).start()
     try:
         cluster.create_database("types_doc")
-        info = PgConnectionInfo(cluster.host, cluster.port, "types_doc", cluster.superuser, password=cluster.password)
+        info = PgConnectionInfo(
+            cluster.host,
+            cluster.port,
+            "types_doc",
+            cluster.superuser,
+            password=cluster.password,
+            options=(("sslmode", "disable"),),  # a throwaway loopback cluster without TLS
+        )
         (ROOT / "docs" / "types.md").write_text(render(info), encoding="utf-8")
     finally:
         cluster.stop()

@@ -32,6 +32,14 @@ os.environ.update(
     }
 )
 
+# The SQL Server stand-in's ODBC driver: psqlODBC registered with the stand-in's settings as its
+# defaults, in a private unixODBC configuration (tests/support/odbc.py). unixODBC reads ODBCSYSINI
+# once, at a process's first ODBC use, so it is set before anything connects; child processes
+# (crash tests, spark-submit, Airflow components, Spark's Python workers) inherit it.
+from tests.support import odbc  # noqa: E402
+
+odbc.install()
+
 from airflow_provider_cdc.testing.postgres_cluster import (  # noqa: E402
     PostgresCluster,
     available_flavours,
@@ -115,3 +123,4 @@ def airflow_db():
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+    odbc.remove()

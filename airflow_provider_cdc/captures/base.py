@@ -29,6 +29,7 @@ from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
+from airflow_provider_cdc.cdc.incremental import validate_run_conf_signals
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
@@ -77,7 +78,11 @@ class Capture(ABC):
     table_exclude_list: Sequence[str] = ()
     snapshot_mode: str = "initial"
     offset_store: str | OffsetStore = "variable"
-    offset_table: str = "public.airflow_cdc_offsets"
+    offset_table: str = "cdc_state.offsets"
+    # The role that owns offset_table when not the capture role (an administrator created it and
+    # granted SELECT, INSERT, UPDATE): the state-table store refuses a table, or its schema, owned
+    # by anyone else (docs/operators.md).
+    offset_table_owner: str | None = None
     spark_conn_id: str | None = None
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
@@ -105,6 +110,9 @@ class Capture(ABC):
     incremental_chunks_per_run: int = 20
     incremental_watermarks: str = "message"
     new_table_snapshot: str = "incremental"
+    # Signal types a DAG run's conf (``cdc_signals``) may send: none by default, since anyone who
+    # may trigger the DAG writes the conf. Filters and surrogate keys never come from it.
+    run_conf_signals: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         validate_topic_prefix(self.topic_prefix)
@@ -146,12 +154,20 @@ class Capture(ABC):
                 TableRef.parse(self.offset_table, self.NAMES)
             except CdcConfigurationError as exc:
                 raise CdcConfigurationError(f"offset_table {self.offset_table!r} is invalid: {exc}") from None
+        if self.offset_table_owner is not None:
+            if self.offset_store != "state_table":
+                raise CdcConfigurationError("offset_table_owner is for offset_store='state_table'")
+            if not isinstance(self.offset_table_owner, str) or not self.offset_table_owner.strip():
+                raise CdcConfigurationError(
+                    f"offset_table_owner {self.offset_table_owner!r} is not a role name (give it as in pg_roles)"
+                )
         if self.signal_table is not None:
             try:
                 TableRef.coerce(self.signal_table, self.NAMES)
             except CdcConfigurationError as exc:
                 raise CdcConfigurationError(f"signal_table {self.signal_table!r} is invalid: {exc}") from None
         validate_watermarks(self.incremental_watermarks, self.signal_table_ref, default=self.DEFAULT_WATERMARKS)
+        self.run_conf_signals = validate_run_conf_signals(self.run_conf_signals)
         if self.new_table_snapshot not in NEW_TABLE_SNAPSHOT:
             raise CdcConfigurationError(
                 f"new_table_snapshot {self.new_table_snapshot!r} is not one of {', '.join(NEW_TABLE_SNAPSHOT)}"
@@ -284,9 +300,12 @@ class Capture(ABC):
         """Setup's sink checks (no I/O beyond reading): the path can hold the sink and the table
         format, if any, can be written."""
         from airflow_provider_cdc.cdc.sinks.formats import check_table_sink_ready
-        from airflow_provider_cdc.cdc.sinks.storage import check_writable
+        from airflow_provider_cdc.cdc.sinks.storage import check_writable, exposed_root
 
         check_writable(self.sink_path)
+        exposed = exposed_root(self.sink_path)  # a warning, not a failure: sharing through a group may be intended
+        if exposed:
+            logging.getLogger(__name__).warning("%s", exposed)
         check_table_sink_ready(self.sink_format, self.catalog_properties())
 
     def run_options(self) -> CaptureOptions:
@@ -372,6 +391,13 @@ class SourceRun(ABC):
     def acknowledge(self, position: Position, saved: CaptureOffset | None = None) -> Position | None:
         """Tell the source everything before ``position`` landed (None: nothing to tell it).
         ``saved`` is the offset as just stored, for sources that acknowledge more than a position."""
+
+    @abstractmethod
+    def check_restored(self, offset: CaptureOffset) -> None:
+        """``offset`` rests on the sink's commit log alone (the offset store lost or reset it): fail
+        (:func:`cdc.planning.uncorroborated_position`) when the source's own record of what was
+        acknowledged lags it, since catching up would move the source on the log's word. Sources
+        that acknowledge nothing (SQL Server) have nothing to compare it with."""
 
     @abstractmethod
     def finish_landed(self, offset: CaptureOffset | None) -> None:

@@ -20,7 +20,7 @@ from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset
-from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres import admin, planning
@@ -136,7 +136,7 @@ class PostgresCapture(Capture):
         if self.offset_store == "state_table":
             from airflow_provider_cdc.offsets.state_table import PostgresStateTableOffsetStore
 
-            return PostgresStateTableOffsetStore(self.postgres_conn_id, self.offset_table)
+            return PostgresStateTableOffsetStore(self.postgres_conn_id, self.offset_table, self.offset_table_owner)
         return super().store()
 
     def value_modes(self) -> ValueModes:
@@ -332,6 +332,18 @@ class PostgresRun(SourceRun):
     def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> Lsn:
         return admin.advance_slot(self.conn, self.slot_name, Lsn(position))
 
+    def check_restored(self, offset: CaptureOffset) -> None:
+        slot = self.status()
+        confirmed = None if slot is None else slot.confirmed_flush_lsn
+        if offset.lsn is not None and confirmed is not None and confirmed < offset.lsn:
+            raise uncorroborated_position(
+                f"replication slot {self.slot_name!r}",
+                confirmed,
+                offset,
+                f"advance the slot as an administrator (SELECT pg_replication_slot_advance({self.slot_name!r}, "
+                f"'{offset.lsn}')) and run again",
+            )
+
     def finish_landed(self, offset: CaptureOffset | None) -> None:
         slot = self.status()
         if slot is not None and offset is not None:
@@ -376,7 +388,8 @@ def spec_fields(
     capture = source.capture
     return {
         "topic_prefix": capture.topic_prefix,
-        "connection": source.hook.connection_info,
+        # With the sslmode this task settled on: the job's partitions connect alike, no probing.
+        "connection": source.hook.resolved_connection_info(),
         "slot_name": capture.resolved_slot_name,
         "publication_name": capture.resolved_publication_name,
         "tables": source.tables,

@@ -29,6 +29,7 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import check_driver_name
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
@@ -53,7 +54,8 @@ class SqlServerCapture(Capture):
     LINEAGE_SCHEME: ClassVar[str] = "mssql"
 
     sqlserver_conn_id: str
-    # The ODBC driver (default: the connection's "driver" extra, else "ODBC Driver 18 for SQL Server").
+    # The ODBC driver's name (default "ODBC Driver 18 for SQL Server"; the connection's "driver" extra only
+    # where [cdc] sqlserver_allow_driver_in_extra allows it: docs/sqlserver.md).
     odbc_driver: str | None = None
     # Debezium's data.query.mode: "function" reads cdc.fn_cdc_get_all_changes_<instance>, "direct"
     # the change table itself (ordered by __$command_id too).
@@ -75,14 +77,15 @@ class SqlServerCapture(Capture):
                 f"sqlserver_conn_id is required, got {self.sqlserver_conn_id!r}: give the id of the Airflow connection "
                 "(type mssql) to the SQL Server database to capture"
             )
-        if self.odbc_driver is not None and (
-            not str(self.odbc_driver).strip() or any(c in str(self.odbc_driver) for c in "{};")
-        ):
-            raise CdcConfigurationError(
-                f"odbc_driver {self.odbc_driver!r} is not an ODBC driver name: give the name the driver is "
-                "registered under (odbcinst.ini), e.g. 'ODBC Driver 18 for SQL Server', without braces, or None for "
-                "the connection's 'driver' extra"
-            )
+        if self.odbc_driver is not None:
+            try:
+                check_driver_name(self.odbc_driver)
+            except CdcConfigurationError:
+                raise CdcConfigurationError(
+                    f"odbc_driver {self.odbc_driver!r} is not an ODBC driver name: give the name the driver is "
+                    "registered under (odbcinst.ini), e.g. 'ODBC Driver 18 for SQL Server', without braces and never "
+                    "a path to a library, or None for the default"
+                ) from None
         validate_sqlserver_modes(self.data_query_mode, self.snapshot_isolation_mode, self.incremental_watermarks)
         wait = self.incremental_watermark_wait_seconds
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 1 <= wait <= 3600:
@@ -406,6 +409,10 @@ class SqlServerRun(SourceRun):
     def acknowledge(self, position: Any, saved: CaptureOffset | None = None) -> None:
         """SQL Server has no reader position to move: the change rows stay until the cleanup job."""
         return None
+
+    def check_restored(self, offset: CaptureOffset) -> None:
+        """SQL Server keeps no reader position to compare a restored offset with: the change tables
+        are read from the offset's LSN (docs/reliability.md, what the sink's writers are trusted with)."""
 
     def finish_landed(self, offset: CaptureOffset | None) -> None:
         """Nothing to bring up to date on the server."""

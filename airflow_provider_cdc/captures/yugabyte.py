@@ -25,7 +25,7 @@ from airflow_provider_cdc.captures.postgres import PostgresCapture, spec_fields
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PROCEDURE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*$")
+# Schema-qualified: capture sessions run with search_path = pg_catalog, pg_temp, so an unqualified
+# name would resolve nowhere else (and a name another role could place earlier is never looked up).
+_PROCEDURE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
 #: YugabyteDB's default cdc_intent_retention_ms (8 h since v2024.2.1; 4 h before).
 DEFAULT_INTENT_RETENTION_MS = 8 * 3600 * 1000
 
@@ -105,8 +107,8 @@ class YugabyteCapture(PostgresCapture):
             )
         if self.read_time_procedure is not None and not _PROCEDURE.match(self.read_time_procedure):
             raise CdcConfigurationError(
-                f"read_time_procedure {self.read_time_procedure!r} must be a procedure name, optionally "
-                "schema-qualified (e.g. 'cdc.set_yb_read_time')"
+                f"read_time_procedure {self.read_time_procedure!r} must be a schema-qualified procedure name "
+                "(e.g. 'cdc.set_yb_read_time'): capture sessions look names up in pg_catalog only"
             )
         super().validate_source()
 
@@ -410,6 +412,25 @@ class YugabyteRun(SourceRun):
         )
         after = self.status()
         return None if after is None else after.confirmed_flush_lsn
+
+    def check_restored(self, offset: CaptureOffset) -> None:
+        slot = self.status()
+        if offset.lsn is None or slot is None:
+            return
+        confirmed = slot.confirmed_flush_lsn
+        flush = planning.acknowledged(int(offset.lsn))
+        caught_up = (confirmed is not None and confirmed >= flush) or (
+            self.capture.lsn_type == "HYBRID_TIME"
+            and slot.restart_commit_ht is not None
+            and slot.restart_commit_ht >= flush
+        )
+        if not caught_up:
+            raise uncorroborated_position(
+                f"replication slot {self.slot_name!r}",
+                confirmed,
+                offset,
+                "acknowledge it up to there over the replication protocol, or set the offset to the slot's position",
+            )
 
     def finish_landed(self, offset: CaptureOffset | None) -> None:
         slot = self.status()

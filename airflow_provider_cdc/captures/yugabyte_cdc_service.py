@@ -36,7 +36,7 @@ from airflow_provider_cdc.cdc import planning as core
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, SnapshotRequiredError, WalLostError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
+from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
@@ -442,6 +442,26 @@ class YugabyteCdcServiceRun(SourceRun):
         )
         return YbLsn(int(offset.lsn)) if offset.lsn is not None else None
 
+    def check_restored(self, offset: CaptureOffset) -> None:
+        """The server's stored checkpoints must not lag the restored offset's: a window reads from the
+        offset's checkpoints, so a restored offset ahead of them would skip what lies between."""
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.admin import server_checkpoints
+
+        tablets = getattr(offset, "tablets", None)
+        if not tablets or getattr(offset, "stream_id", None) != self.stream_id:
+            return
+        polled = tablets.polled()
+        stored = server_checkpoints(self.client, list(polled))
+        for tablet_id, position in polled.items():
+            ours, theirs = position.checkpoint, stored.get(tablet_id)
+            if theirs is None or (theirs.term, theirs.index) < (ours.term, ours.index):
+                raise uncorroborated_position(
+                    f"the server's checkpoint of tablet {tablet_id} (stream {self.stream_id})",
+                    theirs,
+                    offset,
+                    "store its checkpoints with SetCDCCheckpoint (yb-admin) and run again",
+                )
+
     def finish_landed(self, offset: CaptureOffset | None) -> None:
         """A run that stopped after saving the offset: store its checkpoints (idempotent)."""
         if offset is not None and offset.pending is None:
@@ -481,6 +501,7 @@ class YugabyteCdcServiceRun(SourceRun):
             record_type=None if status is None else status.record_type,
             table_ids=tuple((ref, self.ids.tables[ref]) for ref in self.tables if ref in self.ids.tables),
             tls=self.hook.rpc_tls,
+            get_changes_max_bytes=self.hook.rpc_get_changes_max_bytes,
             options=capture.run_options(),
             spark=capture.spark_options(),
             events=capture.event_settings(),

@@ -26,6 +26,7 @@ from airflow_provider_cdc.cdc.envelope import Op
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.incremental import IncrementalState, StagedChunk, TableProgress
 from airflow_provider_cdc.cdc.naming import Topic, is_staged_topic, staged_topic
+from airflow_provider_cdc.cdc.row_filter import Column, Node, parse_filter, resolve_columns
 from airflow_provider_cdc.cdc.tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,22 @@ class ChunkPlan:
     def column_names(self) -> list[str]:
         return [c.name for c in self.encoder.columns]
 
+    @property
+    def unmasked_columns(self) -> list[str]:
+        """Captured columns whose values the events carry as they are: the only ones a filter or
+        a surrogate key may use (selecting or ordering by a masked column would reveal it)."""
+        masks = getattr(self.encoder, "masks", None) or [None] * len(self.encoder.columns)
+        return [c.name for c, mask in zip(self.encoder.columns, masks) if mask is None]
+
+    def row_filter(self, fold: Callable[[str], str] | None) -> tuple[Node, dict[Column, str]] | None:
+        """The table's filter and its columns' names, parsed again from the stored text (an offset is
+        not trusted to hold what the signal gave); None without one. ``fold``: see
+        :func:`row_filter.resolve_columns`."""
+        if not self.progress.condition:
+            return None
+        node = parse_filter(self.progress.condition, what=f"the stored filter of {self.ref}")
+        return node, resolve_columns(node, self.unmasked_columns, fold=fold, table=str(self.ref))
+
     def check(self) -> None:
         """Fail with a clear message when this table cannot be chunked as asked."""
         if not self.order_columns:
@@ -92,6 +109,12 @@ class ChunkPlan:
             raise CdcConfigurationError(
                 f"column(s) {', '.join(missing)} of {self.ref} are not captured (or do not exist); the incremental "
                 "snapshot orders and matches rows by them"
+            )
+        surrogate = self.progress.surrogate_key
+        if surrogate and surrogate not in self.unmasked_columns:
+            raise CdcConfigurationError(
+                f"surrogate-key {surrogate!r} of {self.ref} is a masked column: ordering chunks by it would reveal "
+                "its values (chunk bounds are kept in the offset); choose an unmasked column"
             )
 
 
@@ -211,12 +234,26 @@ def read_chunks(
         except Exception as exc:
             if not isinstance(exc, CdcConfigurationError) and not reader.table_failure(exc):
                 raise  # the session died: the run fails and retries, nothing is lost
-            message = " ".join(str(exc).split())
+            message = _failure_message(exc, progress)
             log.warning("incremental snapshot of %s failed: %s", progress.table, message)
             notes.append(f"incremental snapshot of {progress.table} failed: {message}")
             state = state.with_table(replace(progress, status="failed", error=message))
     staged[before:] = reader.settle(staged[before:])
     return replace(state, staged=tuple(staged)), notes
+
+
+def _failure_message(exc: Exception, progress: TableProgress) -> str:
+    """What the log, the offset and XCom say of a table's failed read. A server's own error text
+    is left out when the table has a filter: the filter's author chose the values the server
+    quotes back, and an error is how a crafted query would carry data out."""
+    if isinstance(exc, CdcConfigurationError) or not progress.condition:
+        return " ".join(str(exc).split())
+    state = getattr(exc, "sqlstate", None) or (exc.args[0] if exc.args and isinstance(exc.args[0], str) else None)
+    code = f", SQLSTATE {state}" if state and len(str(state)) <= 5 else ""
+    return (
+        f"the server refused the chunk query with the filter {progress.condition!r} ({type(exc).__name__}{code}); "
+        "check that each value suits its column's type"
+    )
 
 
 def _staged_batch(chunk_id: str, after: list[pa.Array]) -> pa.RecordBatch:

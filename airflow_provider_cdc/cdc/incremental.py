@@ -22,7 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import re2
+
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.row_filter import FilterError, canonical, parse_filter
 from airflow_provider_cdc.cdc.tables import TableRef
 
 WATERMARK_OPEN = "airflow_provider_cdc.snapshot-window-open"
@@ -35,6 +38,15 @@ WATERMARK_MODES = ("message", "insert_insert", "insert_delete")
 SIGNAL_TYPES = ("execute-snapshot", "stop-snapshot", "pause-snapshot", "resume-snapshot", "log")
 WATERMARK_SIGNAL_TYPES = ("snapshot-window-open", "snapshot-window-close")
 
+#: What a DAG run's conf may never carry in a signal (anyone who may trigger the DAG writes it):
+#: row filters and surrogate keys shape the SQL the capture role runs.
+RUN_CONF_FORBIDDEN_KEYS = ("additional-conditions", "surrogate-key")
+MAX_RUN_CONF_SIGNALS = 20
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is raised with its reason; nothing on stderr
+_MAX_PATTERNS = 100
+_MAX_PATTERN_CHARS = 1_000
 _APPLIED_SIGNALS_KEPT = 200
 _HISTORY_KEPT = 50
 
@@ -49,7 +61,9 @@ class TableProgress:
 
     table: TableRef
     signal_id: str
-    condition: str | None = None  # Debezium's additional-conditions filter (a WHERE fragment)
+    # Debezium's additional-conditions filter, in row_filter's canonical text: parsed again
+    # wherever it is read (never pasted into SQL), so an edited offset meets the same rules.
+    condition: str | None = None
     surrogate_key: str | None = None  # chunk by this column instead of the primary key
     status: str = "pending"  # pending → running → done | failed | stopped
     max_key: tuple[str, ...] | None = None  # the table's last key when the snapshot started
@@ -263,7 +277,7 @@ def apply_signal(
             return state, f"{signal.describe()}: empty data-collections, nothing to do"
         conditions = _conditions(signal, data.get("additional-conditions"), tables)
         surrogate = data.get("surrogate-key")
-        if surrogate is not None and (not isinstance(surrogate, str) or not surrogate.strip()):
+        if surrogate is not None and (not isinstance(surrogate, str) or not surrogate.strip() or "\x00" in surrogate):
             raise SignalError(f"{signal.describe()}: surrogate-key must be a column name")
         added, already = [], []
         for ref in tables:
@@ -300,9 +314,49 @@ def apply_signal(
     if kind == "resume-snapshot":
         return replace(state, paused=False), f"{signal.describe()}: incremental snapshot resumed"
     if kind == "log":
-        message = str(data.get("message", ""))
+        message = " ".join(str(data.get("message", "")).split())  # one log line, whoever wrote it
         return state, f"{signal.describe()}: {message.replace('{}', position)}"
     raise SignalError(f"{signal.describe()}: unknown signal type (known: {', '.join(SIGNAL_TYPES)})")
+
+
+def validate_run_conf_signals(types: Any) -> tuple[str, ...]:
+    """The capture's ``run_conf_signals``: a list of Debezium signal types."""
+    if isinstance(types, str) or not isinstance(types, (list, tuple)) or not all(isinstance(t, str) for t in types):
+        raise CdcConfigurationError(
+            f"run_conf_signals must be a list of signal types ({', '.join(SIGNAL_TYPES)}), got {types!r}"
+        )
+    unknown = [t for t in types if t not in SIGNAL_TYPES]
+    if unknown:
+        raise CdcConfigurationError(
+            f"run_conf_signals lists unknown signal type(s) {', '.join(map(repr, unknown))}; known: "
+            f"{', '.join(SIGNAL_TYPES)}"
+        )
+    return tuple(types)
+
+
+def check_run_conf_signal(signal: Signal, allowed: Sequence[str], capture: str) -> Signal:
+    """A signal from a DAG run's conf, held to the capture's allowlist; its data-collections are
+    matched as exact table names (a triggerer's regular expression could take the worker's CPU)."""
+    if signal.type not in allowed:
+        enable = f"run_conf_signals=[..., {signal.type!r}]" if signal.type in SIGNAL_TYPES else "nothing"
+        raise SignalError(
+            f"{signal.describe()}: capture {capture!r} takes "
+            + (f"only {', '.join(allowed)} signals" if allowed else "no signals")
+            + " from DAG run conf, since anyone who may trigger the DAG writes it; the DAG author can allow "
+            f"this type with {enable} on the capture, or send it through the operator's signals or the signal table"
+        )
+    forbidden = [k for k in RUN_CONF_FORBIDDEN_KEYS if k in signal.data]
+    if forbidden:
+        raise SignalError(
+            f"{signal.describe()}: {' and '.join(forbidden)} are never taken from DAG run conf (they shape the "
+            "queries the capture role runs); put them in the operator's signals or a signal-table row"
+        )
+    collections = signal.data.get("data-collections")
+    if isinstance(collections, str):
+        collections = [collections]
+    if isinstance(collections, list) and all(isinstance(c, str) for c in collections):
+        return replace(signal, data={**signal.data, "data-collections": [re.escape(c) for c in collections]})
+    return signal
 
 
 def _matching(signal: Signal, patterns: Any, captured: Sequence[TableRef], *, required: bool) -> list[TableRef]:
@@ -315,12 +369,23 @@ def _matching(signal: Signal, patterns: Any, captured: Sequence[TableRef], *, re
         patterns = [patterns]
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise SignalError(f"{signal.describe()}: data-collections must be a list of table names or patterns")
+    if len(patterns) > _MAX_PATTERNS or any(len(p) > _MAX_PATTERN_CHARS for p in patterns):
+        raise SignalError(
+            f"{signal.describe()}: data-collections takes at most {_MAX_PATTERNS} patterns of at most "
+            f"{_MAX_PATTERN_CHARS} characters"
+        )
     found: list[TableRef] = []
     for pattern in patterns:
+        # RE2, not re: a signal's pattern comes from whoever may write a signal, and a crafted one
+        # ("(?:(?:.)*)*X") keeps Python's backtracking matcher busy for hours; RE2 is linear.
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise SignalError(f"{signal.describe()}: {pattern!r} is not a valid regular expression ({exc})") from None
+            regex = re2.compile(pattern, _RE2_OPTIONS)
+        except re2.error as exc:
+            detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise SignalError(
+                f"{signal.describe()}: {pattern!r} is not a regular expression this capture accepts ({detail}; "
+                "RE2 syntax: no look-around or back-references)"
+            ) from None
         matched = [r for r in captured if regex.fullmatch(r.data_collection)]
         if not matched:
             raise SignalError(
@@ -338,13 +403,17 @@ def _conditions(signal: Signal, conditions: Any, tables: list[TableRef]) -> dict
         raise SignalError(f"{signal.describe()}: additional-conditions must be a list")
     out: dict[TableRef, str] = {}
     for item in conditions:
-        if not isinstance(item, dict) or not isinstance(item.get("filter"), str):
+        if not isinstance(item, dict) or not isinstance(item.get("filter"), (str, dict, list)):
             raise SignalError(
                 f"{signal.describe()}: each additional condition needs 'data-collection' and 'filter' "
-                "(a WHERE fragment)"
+                "(a condition such as \"status = 'open' AND total > 10\", or its JSON form)"
             )
+        try:
+            text = canonical(parse_filter(item["filter"], what="the filter"))
+        except FilterError as exc:
+            raise SignalError(f"{signal.describe()}: {exc}") from None
         for ref in _matching(signal, item.get("data-collection"), tables, required=True):
-            out[ref] = item["filter"]
+            out[ref] = text
     return out
 
 

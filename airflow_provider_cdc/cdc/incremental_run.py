@@ -15,7 +15,7 @@ with its source block) and optionally a :class:`Visibility` (PostgreSQL's in-fli
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from airflow_provider_cdc.cdc.chunks import (
     read_chunks,
     staged_topic,
 )
+from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.incremental import (
     WATERMARK_SIGNAL_TYPES,
     IncrementalState,
@@ -39,7 +40,7 @@ from airflow_provider_cdc.cdc.incremental import (
     StagedChunk,
     apply_signal,
 )
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, landed_path_problem
 from airflow_provider_cdc.cdc.spec import CaptureOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 
@@ -90,6 +91,7 @@ class IncrementalRun:
         self.tables = tables
         self.state = state or IncrementalState()
         self.topic_prefix = topic_prefix
+        check_staged_paths(self.state.staged, topic_prefix)
         self.signal_table = signal_table
         self.options = options
         self.visibility = visibility or EverythingSeen()
@@ -216,6 +218,26 @@ class IncrementalRun:
 # -- the staged chunks in the sink -----------------------------------------------------------------
 
 
+def check_staged_paths(chunks: Sequence[StagedChunk], topic_prefix: str) -> None:
+    """Staged chunks come from the offset, which others can edit: each path must be where this
+    capture stages that table's chunks (it is read, then deleted, after the chunk is emitted)."""
+    for chunk in chunks:
+        directory = staged_topic(topic_prefix, chunk.table).directory
+        head, _, attempt = str(chunk.path).rpartition("/attempt=")
+        window_id = head.rpartition("/window=")[2]
+        if not str(chunk.path).startswith(f"{directory}/window="):
+            problem: str | None = f"it is not under {directory}/, where {chunk.table}'s chunks are staged"
+        else:
+            problem = landed_path_problem(topic_prefix, chunk.path, window_id, attempt, parts=4)
+        if problem:
+            raise CdcStateError(
+                f"the offset's staged incremental-snapshot chunk {chunk.chunk_id!r} has path {chunk.path!r}: "
+                f"{problem}. "
+                "The offset was edited; nothing was read or deleted. Restore the offset, or stop the incremental "
+                "snapshot (stop-snapshot) after removing the chunk from it"
+            )
+
+
 def stage_into(writer: Any, topic_prefix: str) -> Callable[[TableRef, pa.RecordBatch], str]:
     """``stage(table, batch) -> dataset path``: a chunk's rows written with the window's commit."""
 
@@ -230,7 +252,7 @@ def stage_into(writer: Any, topic_prefix: str) -> Callable[[TableRef, pa.RecordB
 def read_staged(sink: Any, path: str, chunk_id: str) -> pa.Table:
     """One chunk of a staged dataset written by the previous window (each chunk is its own file,
     so the filter skips the others by their statistics)."""
-    uri = sink.storage.uri(path)
+    uri = sink.storage.dataset_uri(path)
     if sink.is_local:
         import pyarrow.dataset as ds
 

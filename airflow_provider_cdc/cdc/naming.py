@@ -59,6 +59,39 @@ def commit_log_directory(prefix: str) -> str:
     return f"{COMMIT_LOG_DIR}/{_escape(prefix)}"
 
 
+#: A window's attempt: 16 hex digits (:class:`sinks.parquet.WindowWriter`).
+_ATTEMPT = re.compile(r"^[0-9a-f]{16}$")
+_PART = r"[A-Za-z0-9_%-]+"  # an escaped name part: no dot, slash or anything else
+
+
+def dataset_path(directory: str, window_id: str, attempt: str) -> str:
+    """Where one attempt of one window of a dataset lands, relative to the sink's base path."""
+    return f"{directory}/window={window_id}/attempt={attempt}"
+
+
+def landed_path_problem(
+    prefix: str, path: Any, window_id: str, attempt: str, *, parts: int | None = None
+) -> str | None:
+    """Why ``path`` (read back from the sink's commit log or the offset, both writable by others)
+    is not where this capture lands ``window_id``'s ``attempt``: None when it is. The path must be
+    exactly the layout's (a topic directory of this prefix, the window, the attempt), so nothing
+    read back can point outside the sink or at another capture's files. ``parts``: how many name
+    parts the topic directory has (3 for tables, 4 for staged chunks; None: 2 or more)."""
+    if not isinstance(attempt, str) or not _ATTEMPT.match(attempt):
+        return f"attempt {attempt!r} is not 16 hex digits"
+    if not isinstance(window_id, str) or not window_id.isascii() or not window_id.isdigit():
+        return f"window id {window_id!r} is not a number"
+    if not isinstance(path, str):
+        return f"path {path!r} is not a string"
+    directory, sep, rest = path.partition("/")
+    if not sep or rest != f"window={window_id}/attempt={attempt}":
+        return f"path {path!r} is not <topic directory>/window={window_id}/attempt={attempt}"
+    count = "+" if parts is None else f"{{{parts - 1}}}"
+    if not re.fullmatch(rf"{re.escape(_escape(prefix))}(?:\.{_PART}){count}", directory):
+        return f"path {path!r} is not in a topic directory of capture {prefix!r}"
+    return None
+
+
 def _escape(part: str) -> str:
     if not part:
         raise CdcConfigurationError("empty name part in a topic")

@@ -60,6 +60,10 @@ def streams(mode: str) -> bool:
 class Reconciled:
     offset: CaptureOffset | None
     notes: tuple[str, ...] = ()
+    # False when the offset's position rests on the sink's commit log alone (a lost or reset offset
+    # store): the log is writable by whoever can write the sink, so the source is never moved to
+    # such a position on the log's word (see SourceRun.check_restored).
+    corroborated: bool = True
 
 
 def reconcile(
@@ -91,12 +95,23 @@ def reconcile(
             f"but the sink's commit log ends at window {committed_seq or 'none'}. The sink path was "
             "changed or its files deleted; restore them, or delete the stored offset to re-snapshot."
         )
-    if last_commit is None or committed_seq == offset_seq:
+    if last_commit is None:
+        return Reconciled(offset, ())
+    if committed_seq == offset_seq:
+        _check_same_end(offset, last_commit, identity, source)
         return Reconciled(offset, ())
     pending = offset.pending if offset is not None else None
     adjacent = offset is not None and offset_seq + 1 == committed_seq
-    stopped_between_writes = adjacent and pending is not None and pending.seq == committed_seq
-    if stopped_between_writes or (adjacent and "offset" not in last_commit.stats):
+    if adjacent and pending is not None and pending.seq == committed_seq:
+        # A run stopped between its sink commit and its offset save: the entry must be the window
+        # that run planned and stored as pending, bound for bound, or it is not that run's.
+        if not _is_planned(pending, last_commit.window):
+            raise OffsetMismatchError(
+                f"the sink's commit log records {last_commit.window.describe()}, but the run that planned window "
+                f"{pending.seq} of capture {identity.topic_prefix!r} stored it as {pending.describe()}: the entry "
+                "is not that run's (whoever can write the sink can write one). Nothing was read or acknowledged. "
+                "Move the entry aside if it is not this capture's; the planned window is then retried"
+            )
         notes.append(
             f"the sink committed {last_commit.window.describe()} but the offset store had window "
             f"{offset_seq or 'none'} (a run stopped between the two writes): adopting the sink's record"
@@ -108,7 +123,52 @@ def reconcile(
         f"log ends at {last_commit.window.describe()}: the offset was lost or reset; restored it from the "
         "commit log (position, snapshot, incremental snapshot, run records), nothing is re-read or re-snapshotted"
     )
-    return Reconciled(replace(restored, revision=offset.revision if offset is not None else 0), tuple(notes))
+    return Reconciled(
+        replace(restored, revision=offset.revision if offset is not None else 0), tuple(notes), corroborated=False
+    )
+
+
+def _is_planned(pending: Window, landed: Window) -> bool:
+    """Is ``landed`` the window that was planned as ``pending``? (A snapshot's end is found by its
+    job, so only a stream window's end was planned.)"""
+    return (
+        landed.seq == pending.seq
+        and landed.kind == pending.kind
+        and landed.from_lsn == pending.from_lsn
+        and (pending.to_lsn is None or landed.to_lsn == pending.to_lsn)
+    )
+
+
+def _check_same_end(offset: CaptureOffset | None, entry: CommitEntry, identity: OffsetIdentity, source: str) -> None:
+    """The offset store and the commit log both say window N is the last: they must agree on
+    where it ended. Each can be edited by other people (Variables, the sink); a position only one
+    of them holds is never read from or acknowledged."""
+    if offset is None or offset.lsn is None or entry.window.to_lsn is None:
+        return
+    if int(offset.lsn) != int(entry.window.to_lsn):
+        raise OffsetMismatchError(
+            f"{source} and the sink's commit log disagree about where window {entry.window_id} of capture "
+            f"{identity.topic_prefix!r} ended: {offset.lsn} in the offset, {entry.window.to_lsn} in the log. One of "
+            "them was edited; nothing was read or acknowledged. Restore the edited one (deleting the stored offset "
+            "restores it from the log)"
+        )
+
+
+def uncorroborated_position(
+    what: str, source_position: Any, offset: CaptureOffset, advance: str
+) -> OffsetMismatchError:
+    """The error for an offset restored from the commit log alone that lies ahead of the source's
+    own record of what was acknowledged (``what``, at ``source_position``): moving the source there
+    on the log's word would skip the changes in between if the log's entries are not genuine.
+    ``advance``: how an administrator moves the source once they know the entries are."""
+    return OffsetMismatchError(
+        f"the offset store's record is older than the sink's commit log (or lost), so the offset was restored "
+        f"from the log alone and ends at {offset.lsn}, but {what} is at {source_position}. Acknowledging up to "
+        f"{offset.lsn} would skip the changes in between if those commit-log entries were not written by this "
+        "capture (whoever can write to the sink can write them), so nothing was read or acknowledged. If the "
+        f"newest entries are this capture's own, {advance}; otherwise move them aside with their datasets, or "
+        "re-snapshot"
+    )
 
 
 def checkpoint(offset: CaptureOffset) -> dict[str, Any]:
@@ -274,6 +334,12 @@ def plan_window(
         and pending.seq == offset.window_seq + 1
         and pending.from_lsn == offset.lsn
     ):
+        if pending.to_lsn is None or pending.to_lsn > current:
+            raise InvalidLsnError(
+                f"the stored offset's pending {pending.describe()} ends past the server's {current_name} {current}: "
+                "no run planned that (a window's end is fixed at a position the server has written). The offset was "
+                "edited; nothing was read or acknowledged. Restore it, or remove its pending window"
+            )
         if pending.to_lsn != target:
             notes.append(
                 f"retrying {pending.describe()} as planned (requested end {target} ignored, "

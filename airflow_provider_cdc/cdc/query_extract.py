@@ -32,12 +32,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, InvalidOffsetError
-from airflow_provider_cdc.cdc.naming import Topic, topic_directory
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, InvalidOffsetError
+from airflow_provider_cdc.cdc.naming import Topic, landed_path_problem, topic_directory
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.window import Window, window_id_for
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def run_query_window(
     topic = Topic.for_table(extraction.topic_prefix, ref.schema, ref.name)
     seen_out = seen_topic(extraction.topic_prefix, ref)
     writer = sink.open_window(window, [topic, seen_out])
-    seen = _read_seen(sink, offset.seen_path) if offset and offset.seen_path else set()
+    seen = _read_seen(sink, _checked_seen_path(offset, seen_out, extraction.topic_prefix)) if offset else set()
     try:
         with source.read(extraction, watermark, window) as read:
             high = read.high
@@ -245,8 +245,32 @@ def run_query_window(
     return entry
 
 
-def _read_seen(sink: ParquetSink, path: str) -> set[str]:
-    uri = sink.storage.uri(path)
+def _checked_seen_path(offset: Any, topic: Topic, prefix: str) -> str | None:
+    """The previous window's seen rows: a path read back from the offset or the commit log (both
+    writable by others), so it must be this table's seen dataset of that window, or the rows it
+    names would silently drop matching rows from the next band."""
+    path = offset.seen_path
+    if not path:
+        return None
+    head, _, attempt = str(path).rpartition("/attempt=")
+    window_id = head.rpartition("/window=")[2]
+    problem = (
+        None
+        if str(path).startswith(f"{topic.directory}/window=") and window_id == window_id_for(offset.window_seq)
+        else f"it is not {topic.directory}/window={window_id_for(offset.window_seq)}/attempt=<id>"
+    ) or landed_path_problem(prefix, path, window_id, attempt)
+    if problem:
+        raise CdcStateError(
+            f"the stored seen-rows path {path!r} of {topic.name} is not this capture's: {problem}. The offset or the "
+            "commit log was edited; nothing was read"
+        )
+    return path
+
+
+def _read_seen(sink: ParquetSink, path: str | None) -> set[str]:
+    if path is None:
+        return set()
+    uri = sink.storage.dataset_uri(path)
     if sink.is_local:
         import pyarrow.dataset as ds
 

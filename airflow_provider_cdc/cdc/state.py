@@ -33,7 +33,7 @@ from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.reader import read_windows_spark
 from airflow_provider_cdc.cdc.sinks.schemas import merge_schemas
-from airflow_provider_cdc.cdc.sinks.storage import storage_for
+from airflow_provider_cdc.cdc.sinks.storage import ensure_private_root, storage_for
 
 log = logging.getLogger(__name__)
 
@@ -420,9 +420,17 @@ def _spark(arrow_schema: Any) -> Any:
 
 def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
     """Run a :class:`StateJobSpec`: one state table per topic."""
+    from airflow_provider_cdc.cdc.sinks.reader import check_entry_formats
     from airflow_provider_cdc.cdc.spark_session import get_or_create_session
 
     spark = spark_provider() if spark_provider is not None else get_or_create_session(spec.spark)
+    ensure_private_root(spec.state_path)  # a local state path's root, before anything lands in it: 0700
+    # The tables are of the capture's own format, never one a (forgeable) log entry names.
+    check_entry_formats(
+        CommitLog(storage_for(spec.sink_path, lambda: spark), spec.topic_prefix).committed(),
+        spec.sink_format,
+        spec.topic_prefix,
+    )
     results = []
     for name, directory in spec.topics:
         if spec.sink_format != "parquet":

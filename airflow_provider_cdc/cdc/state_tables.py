@@ -294,18 +294,30 @@ class IcebergStateTable:
 
 
 def _iceberg_catalog(catalog: Any) -> Any:
+    """The state tables' catalog, opened as every Iceberg catalog of the provider is: with
+    pyiceberg's own FileIO, whatever a catalog server or a table's metadata names, and without
+    the properties that make pyiceberg import a class (:func:`.sinks.iceberg.open_catalog`). A
+    catalog object given is pinned so in place."""
+    from airflow_provider_cdc.cdc.sinks.iceberg import open_catalog, pin_catalog
+
     if isinstance(catalog, (str, os.PathLike)):
         from pyiceberg.catalog.sql import SqlCatalog
 
+        from airflow_provider_cdc.cdc.sinks.storage import create_private_file, ensure_private_root
+
         path = os.path.abspath(os.fspath(catalog))
+        ensure_private_root(os.path.dirname(path))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return SqlCatalog("cdc_state", uri=f"sqlite:///{path}", warehouse=f"file://{os.path.dirname(path)}")
+        create_private_file(path)  # 0600 before SQLite creates it
+        sqlite = SqlCatalog("cdc_state", uri=f"sqlite:///{path}", warehouse=f"file://{os.path.dirname(path)}")
+        return pin_catalog(sqlite, {})
     if isinstance(catalog, Mapping):
-        from pyiceberg.catalog import load_catalog
+        from airflow_provider_cdc.cdc.sinks.storage import create_private_sqlite
 
         props = dict(catalog)
-        return load_catalog(props.pop("name", "cdc_state"), **props)
-    return catalog
+        create_private_sqlite(props.get("uri"))
+        return open_catalog(props.pop("name", "cdc_state"), props)
+    return pin_catalog(catalog)
 
 
 def _iceberg_arrow_schema(schema: Any) -> pa.Schema:

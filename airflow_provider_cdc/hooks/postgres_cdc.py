@@ -1,7 +1,12 @@
 """Hook for change capture from PostgreSQL: owns the connection, returns plain values.
 
 Reuses Airflow's ``postgres`` connection type. Extras are read by name from an allowlist
-(``sslmode``, ``sslrootcert``, ``connect_timeout`` ...), never passed through.
+(``sslmode``, ``sslrootcert``, ``connect_timeout`` ...), never passed through: none loads code
+into the worker or sets the session's server settings (``sslkey``'s ``engine:key`` form is
+refused; see ``cdc/sources/postgres/connection.py``). Without an ``sslmode`` the connection uses
+verified TLS; a server that offers none is refused unless it is on the worker's own host (see
+``cdc/sources/postgres/tls.py``). Every session pins ``search_path`` and turns ``row_security``
+off, so no other role's code runs as the capture role through a name or a policy.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from airflow_provider_cdc.cdc.errors import (
     SlotConfigurationError,
 )
 from airflow_provider_cdc.cdc.problems import Problems
-from airflow_provider_cdc.cdc.sources.postgres import admin
+from airflow_provider_cdc.cdc.sources.postgres import admin, tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
@@ -70,12 +75,25 @@ class PostgresCdcHook(BaseHook):
 
     @cached_property
     def connection_info(self) -> PgConnectionInfo:
-        return connection_info_from(self.get_connection(self.postgres_conn_id))
+        try:
+            return connection_info_from(self.get_connection(self.postgres_conn_id))
+        except CdcConfigurationError as exc:  # an extra refused (sslkey=engine:key, an unknown sslmode)
+            raise CdcConfigurationError(f"Airflow connection {self.postgres_conn_id!r}: {exc}") from None
+
+    def resolved_connection_info(self) -> PgConnectionInfo:
+        """:attr:`connection_info` with the sslmode this task settled on (connecting once if it
+        has not connected yet): what a job spec carries, so Spark jobs connect the same way
+        without probing again."""
+        return tls.resolve(self.connection_info, lambda _info: self.get_conn())
 
     def get_conn(self):  # -> psycopg.Connection
-        """An autocommit psycopg connection with the capture's session settings."""
+        """An autocommit psycopg connection with the capture's session settings (``search_path =
+        pg_catalog, pg_temp``, ``row_security = off``, the value formats), over verified TLS unless
+        the connection's extra asks for less."""
         try:
             return connect(self.connection_info)
+        except CdcConfigurationError as exc:  # a certificate that does not verify, an unknown sslmode
+            raise CdcConfigurationError(f"Airflow connection {self.postgres_conn_id!r}: {exc}") from None
         except CdcTransientError as exc:
             if not any(sign in str(exc) for sign in _REFUSALS):
                 raise

@@ -23,11 +23,13 @@ from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, InvalidLsnError, SnapshotRequiredError
 from airflow_provider_cdc.cdc.incremental import (
+    MAX_RUN_CONF_SIGNALS,
     IncrementalState,
     Signal,
     SignalError,
     TableProgress,
     apply_signal,
+    check_run_conf_signal,
     remember_applied,
 )
 from airflow_provider_cdc.cdc.naming import Topic, gap_topic, is_staged_topic, message_topic, side_topics
@@ -215,7 +217,13 @@ class _WindowOperator(CdcCaptureOperator):
             latest = commit_log.latest()
             from airflow_provider_cdc.cdc.sinks.reader import check_landed_tables  # pyarrow: not at DAG parse
 
-            check_landed_tables(latest, capture.sink_path, capture.topic_prefix, capture.catalog_properties())
+            check_landed_tables(
+                latest,
+                capture.sink_path,
+                capture.topic_prefix,
+                capture.catalog_properties(),
+                sink_format=capture.sink_format,  # never the format a log entry names
+            )
             reconciled = reconcile(
                 stored,
                 latest,
@@ -226,6 +234,8 @@ class _WindowOperator(CdcCaptureOperator):
             )
             for note in reconciled.notes:
                 self.log.warning("%s", note)
+            if not reconciled.corroborated and reconciled.offset is not None:
+                source.check_restored(reconciled.offset)  # the source must already be where the log says
             self._run_tables = source.tables
             yield _RunState(capture, source, store, commit_log, stored, reconciled.offset)
 
@@ -424,7 +434,9 @@ class CdcBatchOperator(_WindowOperator):
         except InvalidLsnError as exc:
             raise InvalidLsnError(f"upto_lsn of task {self.task_id!r} is invalid: {exc}") from None
         until = _utc_time(self.upto_time, self.task_id)
-        signals = airflow_signals(self.signals, context, self.task_id)
+        signals = airflow_signals(
+            self.signals, context, self.task_id, run_conf_types=capture.run_conf_signals, capture=capture.topic_prefix
+        )
         interval = run_interval(context)
         with self._state() as state:
             decision = self._decide(state, context, "stream")
@@ -621,11 +633,15 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         return None if target.as_of is None else target.as_of.window.seq
 
 
-def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:
+def airflow_signals(
+    value: Any, context: Context, task_id: str, *, run_conf_types: Sequence[str] = (), capture: str = ""
+) -> list[Signal]:
     """Signals given to the operator (``signals``) and in the DAG run's conf (``cdc_signals``).
 
-    Each gets a stable id (its own ``id``, or one made of the run, the task and its position), so
-    a retried task does not apply it twice."""
+    The operator's come from the DAG author. The conf's come from whoever triggers the run: only
+    the capture's ``run_conf_signals`` types, never filters or surrogate keys, tables by exact name
+    (:func:`check_run_conf_signal`). Each gets a stable id (its own ``id``, or one made of the run,
+    the task and its position), so a retried task does not apply it twice."""
     import json
 
     dag_run = context.get("dag_run")
@@ -646,12 +662,17 @@ def airflow_signals(value: Any, context: Context, task_id: str) -> list[Signal]:
         items = [raw] if isinstance(raw, dict) else raw
         if not isinstance(items, (list, tuple)) or not all(isinstance(i, dict) for i in items):
             raise SignalError(f"{origin} must be a signal object or a list of them, got {type(raw).__name__}")
+        if key == "conf" and len(items) > MAX_RUN_CONF_SIGNALS:
+            raise SignalError(f"{origin} holds {len(items)} signals; at most {MAX_RUN_CONF_SIGNALS} are taken")
         for i, item in enumerate(items):
             unknown = sorted(set(item) - {"id", "type", "data"})
             if unknown:
                 raise SignalError(f"{origin}: signal {i} has unknown keys {unknown} (use id, type, data)")
             signal_id = item.get("id") or f"airflow:{run}:{task_id}:{key}:{i}"
-            out.append(Signal.parse(signal_id, item.get("type"), item.get("data"), origin=f"Airflow {origin}"))
+            if key == "conf":  # kept apart from the operator's ids: a conf cannot mark them applied
+                signal_id = f"conf:{signal_id}" if item.get("id") else signal_id
+            signal = Signal.parse(signal_id, item.get("type"), item.get("data"), origin=f"Airflow {origin}")
+            out.append(check_run_conf_signal(signal, run_conf_types, capture) if key == "conf" else signal)
     return out
 
 

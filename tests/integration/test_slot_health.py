@@ -309,7 +309,7 @@ def test_heartbeat_runs_only_for_a_valid_window_and_a_failing_one_is_clear(shop_
     db.execute("CREATE TABLE beats (n int PRIMARY KEY, at timestamptz)")
     db.execute("INSERT INTO beats VALUES (1, now())")
     errors: dict = {}
-    beat = "UPDATE beats SET at = clock_timestamp() WHERE n = 1"
+    beat = "UPDATE public.beats SET at = clock_timestamp() WHERE n = 1"  # capture sessions search pg_catalog only
     capture = make_capture(db, conn_id, tmp_path, tables=[*shop.TABLES, "public.beats"], heartbeat_action_query=beat)
     dag = capture_dag(f"hb_{db.name}", capture, errors, upto_lsn="{{ params.upto_lsn }}")
     dag.params["upto_lsn"] = ""

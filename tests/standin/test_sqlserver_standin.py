@@ -562,8 +562,8 @@ def test_selects_come_through_the_drivers_cursor_a_page_at_a_time(sqlserver, mon
     it). Its parameters arrive written into the statement (cast where psqlODBC casts them); the
     proxy translates only the product's statement, passes the driver's DECLARE/FETCH/CLOSE through,
     and records only the product's statement."""
+    from tests.support.odbc import CURSOR_ROWS
     from tests.support.sqlserver import proxy
-    from tests.support.sqlserver.standin import CURSOR_ROWS
 
     sent: list[str] = []
     relay = proxy._Session._query
@@ -603,8 +603,10 @@ def test_selects_come_through_the_drivers_cursor_a_page_at_a_time(sqlserver, mon
     declared = [m for m in sent if '"pages"' in m and "CREATE TABLE" not in m]
     assert len(declared) == 1 and declared[0].startswith('BEGIN;declare "SQL_CUR'), declared
     assert marked.replace("'", "''") in declared[0]  # the value as written: no cast dropped inside it
-    fetches = [m for m in sent if m.startswith(f"fetch {CURSOR_ROWS} in")]
-    assert len(fetches) >= 2, sent  # later pages came with FETCHes of their own
+    # Later pages come with FETCHes of their own (the first behind the driver's savepoint, as the
+    # cursor's transaction is open: SAVEPOINT _EXEC_SVP_x;fetch ...).
+    fetches = [m for m in sent if f'fetch {CURSOR_ROWS} in "SQL_CUR' in m and "declare" not in m]
+    assert len(fetches) >= 2, sent
     # Recorded as the product wrote it, with the values written in for its markers and no driver casts.
     recorded = [r for r in RECORDER.statements() if "[pages]" in r and r.startswith("SELECT")]
     assert recorded == [
@@ -612,6 +614,65 @@ def test_selects_come_through_the_drivers_cursor_a_page_at_a_time(sqlserver, mon
         "AND [note] <> 'it''s; ::timestamp' ORDER BY [id]"
     ]
     assert not [r for r in RECORDER.statements() if re.match(r"\s*(declare|fetch|close|move)\b", r, re.I)]
+
+
+def test_the_drivers_settings_hold_on_the_products_connection_string(sqlserver, monkeypatch):
+    """The product passes no psqlODBC settings (its allowlist is Microsoft's driver's): they are the
+    defaults of the driver entry the tests register (tests/support/odbc.py). Through the product's
+    own connection string: a bit reads back as bool (BoolsAsChar=0), a SELECT comes through the
+    driver's cursor CURSOR_ROWS rows per FETCH (UseDeclareFetch=1, Fetch), a statement with
+    parameters as a Parse with $n markers (psqlODBC's default server-side prepare). A braced driver
+    name would lose all of it silently (psqlODBC looks the entry up under the braced name)."""
+    from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo, connect
+    from tests.support import odbc
+    from tests.support.sqlserver import ODBC_DRIVER, proxy
+
+    sent: list[str] = []
+    query, parse = proxy._Session._query, proxy._Session._parse
+
+    def spy_query(session, body: bytes) -> bytes:
+        sent.append(body.rstrip(b"\0").decode())
+        return query(session, body)
+
+    def spy_parse(session, body: bytes):
+        sent.append("Parse: " + body.split(b"\0")[1].decode())
+        return parse(session, body)
+
+    monkeypatch.setattr(proxy._Session, "_query", spy_query)
+    monkeypatch.setattr(proxy._Session, "_parse", spy_parse)
+    info = SqlServerConnectionInfo(
+        host="127.0.0.1",
+        port=sqlserver.proxy.port,
+        database=sqlserver.database,
+        user=sqlserver.cluster.superuser,
+        password=sqlserver.cluster.password,
+        driver=sqlserver.driver,
+    )
+    assert info.odbc().startswith(f"DRIVER={ODBC_DRIVER};") and info.options == ()
+    _orders(sqlserver, enable=False)
+    conn = connect(info)
+    cursor = conn.cursor()
+    assert cursor.execute("SELECT CAST(1 AS bit)").fetchone()[0] is True
+    cursor.execute("UPDATE [dbo].[orders] SET [name] = ? WHERE [id] = ?", "x", 1)
+    cursor.close()
+    conn.close()
+    assert any(m.startswith('BEGIN;declare "SQL_CUR') and f'fetch {odbc.CURSOR_ROWS} in "SQL_CUR' in m for m in sent)
+    assert any(m.startswith("Parse: UPDATE") and "$2" in m for m in sent), sent
+
+
+def test_a_failed_statement_rolls_back_only_itself(sqlserver):
+    """psqlODBC's default rollback level (statement: a SAVEPOINT before each statement of a
+    transaction, ROLLBACK TO on an error), as SQL Server does for a statement-terminating error
+    such as a duplicate key (XACT_ABORT OFF, its default): the transaction and its earlier work stay."""
+    _orders(sqlserver, enable=False)
+    conn = sqlserver.connect(autocommit=False)
+    conn.execute("INSERT INTO [dbo].[orders] ([id]) VALUES (?)", 1)
+    with pytest.raises(pyodbc.IntegrityError):
+        conn.execute("INSERT INTO [dbo].[orders] ([id]) VALUES (?)", 1)
+    conn.execute("INSERT INTO [dbo].[orders] ([id]) VALUES (?)", 2)
+    conn.commit()
+    conn.close()
+    assert sqlserver.execute_tsql("SELECT [id] FROM [dbo].[orders] ORDER BY [id]") == [(1,), (2,)]
 
 
 def test_registry_statements_are_valid_tsql():

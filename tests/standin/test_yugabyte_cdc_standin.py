@@ -47,7 +47,7 @@ class Client:
             connection.close()
 
     def call(self, address: tuple[str, int], method: methods.Method, request, *, check: bool = True):
-        connection = self._connections.setdefault(address, RpcConnection(*address, connect_timeout=5))
+        connection = self._connections.setdefault(address, RpcConnection(*address, connect_timeout=5, tls=None))
         response = connection.invoke(method, request, timeout=20)
         if check:
             errors.raise_for_service_error(response)

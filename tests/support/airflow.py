@@ -125,3 +125,18 @@ def failure_recorder(errors: dict):
         errors[context["task_instance"].task_id] = context.get("exception")
 
     return record
+
+
+def variable(key: str) -> str | None:
+    """A Variable as the metadata database holds it. (Outside a task the Task SDK's ``Variable``
+    has no API server to ask and answers its default: tests read the database itself.)"""
+    from airflow.models import Variable
+
+    return Variable.get(key, default_var=None)
+
+
+def set_variable(key: str, value: str) -> None:
+    """Edit a Variable as a user with Variable rights does in the UI or CLI."""
+    from airflow.models import Variable
+
+    Variable.set(key, value)

@@ -38,6 +38,7 @@ class CaptureDatabase:
             dbname=self.name,
             user=self.cluster.superuser,
             password=self.cluster.password,
+            options=(("sslmode", "disable"),),  # the suite's clusters serve plain TCP on loopback
         )
 
     def connect(self, **kwargs):
@@ -99,7 +100,11 @@ class CaptureDatabase:
                         break
                     conn.execute("SELECT pg_terminate_backend(%s)", (active[0],))
                     time.sleep(0.1)
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                # A temporary slot may vanish on its own meanwhile (its walsender exiting): no error then.
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot,),
+                )
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
             for role in self.created_roles:
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

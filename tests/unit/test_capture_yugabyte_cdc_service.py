@@ -25,6 +25,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     TabletState,
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import YbCdcOffset
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,8 +163,8 @@ def test_hook_reads_masters_and_tls_from_the_connection(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_YB_PLAIN", json.dumps(base))
     extra = {"master_addresses": "m1:7100,m2:7100", "rpc_ssl_root_cert": "/ca.crt", "rpc_ssl_check_hostname": "false"}
     monkeypatch.setenv("AIRFLOW_CONN_YB_TLS", json.dumps({**base, "extra": extra}))
-    plain = YugabyteCdcServiceHook("yb_plain")
-    assert plain.master_addresses == "yb1:7100" and plain.rpc_tls is None
+    plain = YugabyteCdcServiceHook("yb_plain")  # no RPC extras: TLS, verified against the system store
+    assert plain.master_addresses == "yb1:7100" and plain.rpc_tls == TlsOptions()
     assert YugabyteCdcServiceHook("yb_plain", master_addresses="x:1").master_addresses == "x:1"
     tls = YugabyteCdcServiceHook("yb_tls")
     assert tls.master_addresses == "m1:7100,m2:7100"
@@ -171,3 +172,46 @@ def test_hook_reads_masters_and_tls_from_the_connection(monkeypatch):
     client = tls.cdc_client(STREAM)
     assert client.masters == (("m1", 7100), ("m2", 7100)) and "ca.crt" not in repr(client)
     client.close()
+
+
+def test_the_hook_chooses_tls_unless_the_connection_says_plaintext(monkeypatch, caplog, capsys):
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
+    from airflow_provider_cdc.hooks.yugabyte_cdc import YugabyteCdcServiceHook
+
+    base = {"conn_type": "yugabytedb_cdc", "host": "yb1", "port": 5433, "schema": "shop", "login": "u"}
+
+    def hook(name: str, **extra) -> YugabyteCdcServiceHook:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps({**base, "extra": extra}))
+        return YugabyteCdcServiceHook(name)
+
+    default = hook("yb_default")
+    assert default.rpc_tls == TlsOptions(check_hostname=True, verify=True)
+    assert default.rpc_get_changes_max_bytes == methods.GET_CHANGES_MAX_BYTES
+    assert hook("yb_ca", rpc_sslmode="verify-ca", rpc_ssl_root_cert="/ca.crt").rpc_tls == TlsOptions(
+        ca_file="/ca.crt", check_hostname=False
+    )
+    full = hook("yb_full", rpc_sslmode="VERIFY-FULL", rpc_ssl_cert="/c.crt", rpc_ssl_key="/c.key").rpc_tls
+    assert full == TlsOptions(cert_file="/c.crt", key_file="/c.key", check_hostname=True)
+
+    caplog.set_level("WARNING")
+    plain = hook("yb_plaintext", rpc_sslmode="disable")
+    assert plain.rpc_tls is None
+    # The task log (Airflow's structlog writes it to stdout here; the stdlib route to caplog otherwise).
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] + capsys.readouterr().out.splitlines()
+    assert any("rpc_sslmode=disable" in w and "NOT encrypted" in w and "yb1:7100" in w for w in logged), logged
+    client = plain.cdc_client(STREAM)
+    assert "tls=False" in repr(client)
+    client.close()
+
+    for extra, message in (
+        ({"rpc_sslmode": "prefer"}, "not one of verify-full, verify-ca, disable"),
+        ({"rpc_sslmode": "require"}, "not one of"),
+        ({"rpc_sslmode": "disable", "rpc_ssl_root_cert": "/ca.crt"}, "rpc_ssl_root_cert is set"),
+    ):
+        with pytest.raises(CdcConfigurationError, match=message):
+            _ = hook("yb_bad", **extra).rpc_tls
+
+    assert hook("yb_cap", rpc_get_changes_max_bytes="134217728").rpc_get_changes_max_bytes == 128 * methods.MIB
+    for bad in ("1000", str(300 * methods.MIB), "lots"):
+        with pytest.raises(CdcConfigurationError, match="rpc_get_changes_max_bytes"):
+            _ = hook("yb_badcap", rpc_get_changes_max_bytes=bad).rpc_get_changes_max_bytes

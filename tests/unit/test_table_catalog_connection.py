@@ -52,3 +52,66 @@ def test_the_secret_never_reaches_the_spec_json_and_comes_back_from_the_environm
     assert CaptureOptions.from_dict(json.loads(text)).catalog_properties() == options.catalog_properties()
     monkeypatch.delenv(CATALOG_SECRET_ENV)
     assert "credential" not in CaptureOptions.from_dict(json.loads(text)).catalog_properties()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "py-io-impl",
+        "py-catalog-impl",
+        "s3.retry-strategy-impl",
+        "rest.auth.impl",
+        "header.x-impl",
+        "catalog-impl",
+        "io-impl",
+        "s3.client.factory",
+        "hive.metastore-provider",
+    ],
+)
+def test_keys_naming_a_class_to_import_are_refused(key):
+    """A connection's editor cannot choose code for pyiceberg to import (``module.Class``)."""
+    with pytest.raises(CdcConfigurationError, match=f"extra key '{key}' makes pyiceberg import the class"):
+        catalog_properties("ice", {"type": "sql", key: "attacker.Module"}, "sqlite:///x.db", None)
+    with pytest.raises(CdcConfigurationError, match="names a class for pyiceberg to import"):
+        catalog_properties("ice", {"secret_property": key}, None, "attacker.Module")
+
+
+def test_pyicebergs_own_file_ios_may_be_named():
+    for io in ("pyiceberg.io.pyarrow.PyArrowFileIO", "pyiceberg.io.fsspec.FsspecFileIO"):
+        assert catalog_properties("ice", {"py-io-impl": io}, None, None)[0] == {"py-io-impl": io}
+
+
+@pytest.mark.parametrize(
+    "extra, host, where",
+    [
+        ({"type": "sql"}, "postgresql://cat:pw-s3cr3t@db/cat", "the connection's host"),
+        ({"uri": "postgresql+psycopg://cat:pw-s3cr3t@db/cat"}, None, "extra key 'uri'"),
+        ({"uri": "https://user:pw-s3cr3t@rest.example/api"}, "ignored", "extra key 'uri'"),
+        ({"oauth2-server-uri": "https://id:pw-s3cr3t@auth/token"}, None, "extra key 'oauth2-server-uri'"),
+        ({"s3.endpoint": "http://key:pw-s3cr3t@minio:9000"}, None, "extra key 's3.endpoint'"),
+    ],
+)
+def test_a_uri_with_a_password_is_refused_without_repeating_it(extra, host, where):
+    with pytest.raises(CdcConfigurationError, match="is a URI with a password in it") as raised:
+        catalog_properties("ice", extra, host, None)
+    message = str(raised.value)
+    assert where in message and ":***@" in message and "pw-s3cr3t" not in message
+    assert "connection's password field" in message
+
+
+def test_a_uri_without_a_password_and_the_uri_as_the_secret_are_accepted():
+    assert catalog_properties("ice", {}, "postgresql://cat@db/cat", None)[0] == {"uri": "postgresql://cat@db/cat"}
+    uri = "postgresql://cat:pw-s3cr3t@db/cat"
+    props, prop, secret = catalog_properties("ice", {"type": "sql", "secret_property": "uri"}, None, uri)
+    assert (props, prop, secret) == ({"type": "sql"}, "uri", uri)
+    options = CaptureOptions(
+        sink_format="iceberg", table_catalog=props, table_catalog_secret_property=prop, table_catalog_secret=secret
+    )
+    assert options.catalog_properties()["uri"] == uri
+    assert "pw-s3cr3t" not in json.dumps(options.to_dict()) + repr(options)
+
+
+def test_an_authorization_header_is_a_secret():
+    with pytest.raises(CdcConfigurationError, match="looks like a secret") as raised:
+        catalog_properties("ice", {"header.Authorization": "Bearer t0k3n"}, None, None)
+    assert "t0k3n" not in str(raised.value)

@@ -10,17 +10,21 @@ therefore see exactly the committed windows and never a half-written one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcStateError, InvalidOffsetError
-from airflow_provider_cdc.cdc.naming import commit_log_directory
+from airflow_provider_cdc.cdc.naming import commit_log_directory, landed_path_problem
 from airflow_provider_cdc.cdc.sinks.storage import Storage
 from airflow_provider_cdc.cdc.window import Window
 
 ENTRY_FORMAT = 1
 _ENTRY_DIGITS = 20
+_ENTRY_NAME = re.compile(rf"^\d{{{_ENTRY_DIGITS}}}\.json$")
+#: The lake table formats a dataset's table commit may name (sinks.formats).
+TABLE_FORMATS = ("iceberg", "delta")
 
 
 @dataclass(frozen=True)
@@ -105,16 +109,39 @@ class CommitLog:
         self.directory = commit_log_directory(topic_prefix)
 
     def _names(self) -> list[str]:
-        return [n for n in self.storage.list_names(self.directory) if n.endswith(".json") and not n.startswith(".")]
+        return [n for n in self.storage.list_names(self.directory) if _ENTRY_NAME.match(n)]
 
     def _read(self, name: str) -> CommitEntry:
         text = self.storage.read_text(f"{self.directory}/{name}")
+        where = self.storage.uri(f"{self.directory}/{name}")
         try:
-            return CommitEntry.from_dict(json.loads(text), log_seq=int(name[: -len(".json")]))
+            entry = CommitEntry.from_dict(json.loads(text), log_seq=int(name[: -len(".json")]))
         except (ValueError, KeyError, TypeError) as exc:
+            raise CdcStateError(f"commit log entry {where} is unreadable ({exc})") from None
+        problem = self._problem(entry)
+        if problem:
             raise CdcStateError(
-                f"commit log entry {self.storage.uri(self.directory + '/' + name)} is unreadable ({exc})"
-            ) from None
+                f"commit log entry {where} is not one this capture wrote: {problem}. Whoever can write to the "
+                "sink can write such an entry; nothing it names is read, deleted or acknowledged. Move it aside "
+                "once you know where it came from"
+            )
+        return entry
+
+    def _problem(self, entry: CommitEntry) -> str | None:
+        """Why ``entry`` is not in the layout this capture writes (see :func:`naming.landed_path_problem`)."""
+        if entry.topic_prefix != self.topic_prefix:
+            return f"it belongs to capture {entry.topic_prefix!r}"
+        for dataset in entry.datasets:
+            problem = landed_path_problem(self.topic_prefix, dataset.path, entry.window_id, entry.attempt)
+            if problem:
+                return f"dataset {dataset.topic!r}: {problem}"
+            if dataset.table is not None and (
+                dataset.table.get("format") not in TABLE_FORMATS
+                or dataset.table.get("attempt") != entry.attempt
+                or dataset.table.get("window_seq") != entry.window.seq
+            ):
+                return f"dataset {dataset.topic!r}: its table commit is not of this window and attempt"
+        return None
 
     def entries(self) -> list[CommitEntry]:
         """All entries in log order."""

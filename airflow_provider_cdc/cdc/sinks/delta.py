@@ -36,10 +36,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.formats import APP_ID_PREFIX, DELTA, TAG_PREFIX, TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
+from airflow_provider_cdc.cdc.sinks.storage import contained, inside
 from airflow_provider_cdc.cdc.window import window_id_for
 
 _COUNTS = ("files-added", "rows-added", "files-removed")
@@ -78,7 +79,7 @@ class DeltaTables:
 
         uri = self.table_uri(topic)
         table = _load(uri)
-        current = _active_files(table) if table is not None else []
+        current = _active_files(table, uri) if table is not None else []
         window, mine = f"window={tag.window_id}/attempt=", f"window={tag.window_id}/attempt={tag.attempt}/"
         earlier = [f for f in current if window in f["path"] and mine not in f["path"]]
         # Rows of the window compacted (maintain()) into files of many windows: filtered out below.
@@ -247,7 +248,7 @@ def _window_commits(table: Any, uri: str) -> dict[int, TableCommit]:
     # the oldest version left holds them (their own commit version is lost).
     oldest = min((c["version"] for c in history), default=table.version())
     lost: dict[int, list[Any]] = {}
-    for f in _active_files(table):
+    for f in _active_files(table, uri):
         parts = dict(p.split("=", 1) for p in f["path"].split("/")[:-1] if "=" in p)
         if parts.get("window", "").isdigit() and "attempt" in parts and int(parts["window"]) not in out:
             lost.setdefault(int(parts["window"]), []).append((parts["attempt"], f["num_records"] or 0))
@@ -256,7 +257,10 @@ def _window_commits(table: Any, uri: str) -> dict[int, TableCommit]:
     return out
 
 
-def _active_files(table: Any) -> list[dict[str, Any]]:
+def _active_files(table: Any, uri: str) -> list[dict[str, Any]]:
+    """The table's current data files. Their paths come from ``_delta_log``, which whoever may
+    write the sink can write: each must be a file inside the table's directory (the writer reads
+    and rewrites these files), never ``..``, an absolute path, a URI or a link out of it."""
     actions = pa.table(table.get_add_actions(flatten=True))
     wanted = ["path", "size_bytes", "num_records", f"min.{WINDOW_ID_FIELD}", f"max.{WINDOW_ID_FIELD}"]
     actions = actions.select([c for c in wanted if c in actions.column_names])  # not every column's stats
@@ -269,7 +273,16 @@ def _active_files(table: Any) -> list[dict[str, Any]]:
             "max": r.get(f"max.{WINDOW_ID_FIELD}"),
         }
         for r in actions.to_pylist()
+        if _inside_table(uri, unquote(r["path"]))
     ]
+
+
+def _inside_table(uri: str, path: str) -> bool:
+    try:
+        contained(uri, inside(path))
+    except CdcStateError as exc:
+        raise CdcStateError(f"the Delta table {uri} lists a data file {path!r} outside it: {exc}") from None
+    return True
 
 
 def _may_hold(f: Mapping[str, Any], window_id: str) -> bool:

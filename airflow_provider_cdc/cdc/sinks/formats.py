@@ -82,10 +82,14 @@ def check_table_sink_ready(sink_format: str, table_catalog: Mapping[str, str]) -
             f"'airflow-provider-cdc[{extra}]' where the tasks and Spark jobs run"
         ) from None
     if sink_format == ICEBERG and table_catalog:
-        from pyiceberg.catalog import load_catalog
+        from airflow_provider_cdc.cdc.sinks.iceberg import open_catalog  # the provider's FileIO, see there
+        from airflow_provider_cdc.cdc.sinks.storage import create_private_sqlite
 
+        create_private_sqlite(table_catalog.get("uri"))  # opening a SQLite catalog creates its file
         try:
-            load_catalog("cdc", **dict(table_catalog)).list_namespaces()
+            open_catalog("cdc", table_catalog).list_namespaces()
+        except CdcConfigurationError:
+            raise
         except Exception as exc:
             # The catalog's own message may quote its properties: name only the error's type.
             raise CdcConfigurationError(

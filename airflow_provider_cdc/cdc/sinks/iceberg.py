@@ -24,10 +24,18 @@ field only).
 pyiceberg 0.12 cannot compact data files or rewrite manifests, and its snapshot expiry only
 drops metadata: :meth:`IcebergTables.maintain` merges small files itself and deletes the files
 only expired snapshots referenced.
+
+Every catalog the provider opens (sink tables, state tables, maintenance, readers, the setup
+check) goes through :func:`open_catalog` or :func:`pin_catalog`: its FileIO is pyiceberg's own
+(``PyArrowFileIO``, or ``FsspecFileIO`` if the DAG's ``table_catalog`` names it), whatever a REST
+catalog server's config or a table's metadata says, and no property that makes pyiceberg import
+a class by name survives from either (see :class:`_PinnedCatalog`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 import time
@@ -45,6 +53,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, BooleanExpression, EqualTo, In
+from pyiceberg.io import PY_IO_IMPL, FileIO
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import DataScan, Table, Transaction, _parquet_files_to_data_files
@@ -55,6 +64,12 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, ICEBERG, TableCommit, WindowTag, local_base
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
+from airflow_provider_cdc.cdc.sinks.storage import (
+    PRIVATE_DIR_MODE,
+    create_private_file,
+    create_private_sqlite,
+    ensure_private_root,
+)
 from airflow_provider_cdc.cdc.window import window_id_for
 
 PARTITION_FIELD = "window_id_trunc"
@@ -68,6 +83,7 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": "100",
 }
 _SECRET_KEY = re.compile(r"pass|secret|token|credential|key|auth|signature", re.IGNORECASE)
+log = logging.getLogger(__name__)
 
 
 class IcebergTables:
@@ -88,12 +104,18 @@ class IcebergTables:
     def catalog(self) -> Catalog:
         try:
             if self._options:
-                return load_catalog("cdc", **self._options)
+                create_private_sqlite(self._options.get("uri"))
+                return open_catalog("cdc", self._options)
             from pyiceberg.catalog.sql import SqlCatalog
 
             directory = Path(self.base_path, CATALOG_DIR)
-            directory.mkdir(parents=True, exist_ok=True)
-            return SqlCatalog("cdc", uri=f"sqlite:///{directory}/iceberg.db", warehouse=self.base_path)
+            ensure_private_root(self.base_path)
+            directory.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+            create_private_file(directory / "iceberg.db")  # 0600 before SQLite creates it
+            catalog = SqlCatalog("cdc", uri=f"sqlite:///{directory}/iceberg.db", warehouse=self.base_path)
+            return pin_catalog(catalog, {})
+        except CdcConfigurationError:
+            raise
         except Exception as exc:  # its message may quote the properties: redact, and drop the chain
             message = _redact(f"{type(exc).__name__}: {exc}", self._options)
             raise CdcConfigurationError(f"cannot open the Iceberg catalog ({message})") from None
@@ -273,6 +295,217 @@ class IcebergTables:
             expired = [s for s in before if table.metadata.snapshot_by_id(s.snapshot_id) is None]
             done["snapshots_expired"], done["files_deleted"] = len(expired), _delete_unreachable(table, expired)
         return done
+
+
+# -- opening catalogs: the FileIO and every class pyiceberg imports are the provider's choice ---
+#
+# pyiceberg imports, by the dotted name a property holds, the FileIO (``py-io-impl``), the
+# catalog (``py-catalog-impl``), the S3 retry strategy (``s3.retry-strategy-impl``), the REST
+# catalog's auth manager (``auth``: ``{"type": "custom", "impl": ...}``) and a table's location
+# provider (``write.py-location-provider.impl``): ``importlib.import_module`` in
+# ``pyiceberg/io/__init__.py``, ``io/pyarrow.py``, ``catalog/__init__.py``, ``catalog/rest/auth.py``
+# and ``table/locations.py`` (every import by name in pyiceberg 0.12.0, the version this was
+# checked against). Those properties do not only come from the DAG author: a REST catalog server
+# sends ``defaults`` and ``overrides`` that pyiceberg merges into the catalog's properties (and
+# reads ``auth`` from while still constructing the catalog), and the FileIO of every table is
+# built from ``{**catalog properties, **table metadata properties}``, so whoever can answer as
+# the catalog, or write a table's metadata file (anyone who can write to a local sink), could
+# name ``subprocess.getoutput`` or ``logging.config.fileConfig`` and run code on the worker.
+# Refusing such keys in a connection's extra is not enough. So every catalog the provider opens
+# is a subclass of its own class (:class:`_PinnedCatalog`) that:
+#
+# - builds every table's FileIO as the provider's choice: ``PyArrowFileIO``, or ``FsspecFileIO``
+#   when the DAG's own properties name it; no other ``py-io-impl`` is accepted;
+# - drops from the REST server's config, before the session is made, and from every table's
+#   metadata and FileIO properties, the keys that make pyiceberg import a class
+#   (:func:`importing_key`): a forged table is still read, its import keys are ignored (logged,
+#   by name) and the next commit writes its metadata without them.
+#
+# The hooks are pyiceberg's own methods (``Catalog._load_file_io``, ``load_table``,
+# ``create_table``, ``register_table``, ``commit_table``; ``RestCatalog._fetch_config``,
+# ``_response_to_table``, ``_response_to_staged_table``), which every catalog and table path of
+# 0.12 goes through; ``tests/integration/test_iceberg_metadata_attacks.py`` checks them against a
+# malicious REST server and forged metadata, so an upgrade that moves them fails there.
+
+ARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
+FSSPEC_FILE_IO = "pyiceberg.io.fsspec.FsspecFileIO"
+FILE_IOS = (ARROW_FILE_IO, FSSPEC_FILE_IO)
+
+
+def importing_key(key: str) -> bool:
+    """Does property ``key`` make pyiceberg import a class by name? (Every such key of 0.12 has
+    ``impl`` in it, and the REST catalog's ``auth`` holds one; ``auth.*`` too, for safety.)"""
+    lowered = str(key).lower()
+    return "impl" in lowered or lowered == "auth" or lowered.startswith("auth.")
+
+
+def open_catalog(name: str, properties: Mapping[str, Any]) -> Catalog:
+    """``pyiceberg.catalog.load_catalog(name, **properties)``, pinned (see above). A REST catalog
+    is constructed as :class:`_PinnedCatalog` directly: pyiceberg reads the server's ``auth``
+    while constructing it."""
+    from pyiceberg.catalog import PY_CATALOG_IMPL, TYPE, CatalogType, infer_catalog_type
+
+    props = {str(k): v for k, v in properties.items()}
+    file_io = _chosen_file_io(props)
+    props[PY_IO_IMPL] = file_io
+    if not props.get(PY_CATALOG_IMPL):
+        from pyiceberg.catalog import _ENV_CONFIG, _check_required_catalog_properties, merge_config
+
+        # As load_catalog does: the worker's own pyiceberg config (~/.pyiceberg.yaml, PYICEBERG_*)
+        # under the properties given.
+        conf = merge_config(_ENV_CONFIG.get_catalog_config(name) or {}, props)
+        given = conf.get(TYPE)
+        kind = CatalogType(given.lower()) if isinstance(given, str) and given else infer_catalog_type(name, conf)
+        if kind == CatalogType.REST:
+            _check_required_catalog_properties(name, kind, conf)
+            return _pinned_rest_class()(name, **conf)
+    return pin_catalog(load_catalog(name, **props), props)
+
+
+def pin_catalog(catalog: Catalog, given: Mapping[str, Any] | None = None) -> Catalog:
+    """``catalog``, made a :class:`_PinnedCatalog` in place. ``given``: the properties the DAG
+    gave it (their import keys stay); None for a catalog made elsewhere (a state table's catalog
+    object): then none of its import keys stay but a ``py-io-impl`` naming pyiceberg's own."""
+    if isinstance(catalog, _PinnedCatalog):
+        return catalog
+    current = dict(catalog.properties)
+    file_io = _chosen_file_io(current if given is None else given)
+    try:
+        catalog.__class__ = _pinned_class(type(catalog))
+    except TypeError:
+        raise CdcConfigurationError(
+            f"the Iceberg catalog {type(catalog).__name__} cannot be opened with the provider's FileIO"
+        ) from None
+    pinned: Any = catalog
+    pinned._cdc_file_io = file_io
+    pinned.properties = _scrubbed(current, given or {}, file_io, "the catalog's properties")
+    return catalog
+
+
+def _chosen_file_io(properties: Mapping[str, Any]) -> str:
+    chosen = properties.get(PY_IO_IMPL)
+    if chosen in (None, ""):
+        return ARROW_FILE_IO
+    if chosen not in FILE_IOS:
+        raise CdcConfigurationError(
+            f"the Iceberg catalog's properties name py-io-impl {chosen!r}: the provider reads and writes Iceberg "
+            f"tables with pyiceberg's own FileIO only ({ARROW_FILE_IO}, the default, or {FSSPEC_FILE_IO}), so that "
+            "neither a catalog server nor a table's metadata can choose code to run on the workers"
+        )
+    return str(chosen)
+
+
+def _scrubbed(properties: Mapping[str, Any], given: Mapping[str, Any], file_io: str, where: str) -> dict[str, Any]:
+    """``properties`` without the import keys ``given`` did not hold (those take ``given``'s
+    value), with ``py-io-impl`` the chosen FileIO."""
+
+    def kept(key: str, value: Any) -> bool:
+        return value == file_io if key == PY_IO_IMPL else key in given and given[key] == value
+
+    _warn_ignored(sorted(k for k, v in properties.items() if importing_key(k) and not kept(k, v)), where)
+    out = {k: v for k, v in properties.items() if not importing_key(k)}
+    out.update({k: v for k, v in given.items() if importing_key(k)})
+    out[PY_IO_IMPL] = file_io
+    return out
+
+
+def _clean_metadata(metadata: Any, where: str) -> Any:
+    """Table metadata without properties that make pyiceberg import a class."""
+    dropped = sorted(k for k in metadata.properties if importing_key(k))
+    if not dropped:
+        return metadata
+    _warn_ignored(dropped, f"the metadata of {where}")
+    properties = {k: v for k, v in metadata.properties.items() if k not in dropped}
+    return metadata.model_copy(update={"properties": properties})
+
+
+_warned: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _warn_ignored(keys: list[str], where: str) -> None:
+    """Once per process and place: a forged table is loaded many times a run."""
+    if keys and (where, tuple(keys)) not in _warned:
+        _warned.add((where, tuple(keys)))
+        log.warning("ignored %s of %s: they would make pyiceberg import a class they name", keys, where)  # names only
+
+
+def _clean_table(table: Any) -> Any:
+    table.metadata = _clean_metadata(table.metadata, _table_name(table.name(), table.metadata_location))
+    return table
+
+
+def _table_name(identifier: Sequence[str], metadata_location: str | None) -> str:
+    return f"Iceberg table {'.'.join(identifier)} ({metadata_location})"
+
+
+class _PinnedCatalog(Catalog):
+    """Mixed into the class of every catalog the provider opens (see the comment above). A
+    ``Catalog`` itself, so that the subclass has the catalog's layout and a catalog made elsewhere
+    can take it in place."""
+
+    _cdc_file_io: str = ARROW_FILE_IO
+
+    def _load_file_io(self, properties: Mapping[str, Any] | None = None, location: str | None = None) -> FileIO:
+        # The table's (metadata properties, a REST server's table config and vended credentials):
+        # none of its import keys; the catalog's own were scrubbed when it was opened.
+        props = {k: v for k, v in (properties or {}).items() if not importing_key(k)}
+        props[PY_IO_IMPL] = self._cdc_file_io  # wins over the catalog's in pyiceberg's merge
+        return super()._load_file_io(props, location)  # type: ignore[misc]
+
+    def load_table(self, identifier: Any) -> Table:
+        return _clean_table(super().load_table(identifier))  # type: ignore[misc]
+
+    def create_table(self, *args: Any, **kwargs: Any) -> Table:
+        return _clean_table(super().create_table(*args, **kwargs))  # type: ignore[misc]
+
+    def register_table(self, *args: Any, **kwargs: Any) -> Table:
+        return _clean_table(super().register_table(*args, **kwargs))  # type: ignore[misc]
+
+    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
+        response = super().commit_table(table, requirements, updates)  # type: ignore[misc]
+        metadata = _clean_metadata(response.metadata, _table_name(table.name(), response.metadata_location))
+        return response if metadata is response.metadata else response.model_copy(update={"metadata": metadata})
+
+
+class _PinnedRest(_PinnedCatalog):
+    """The REST catalog's own hooks: its server's config, and the tables it answers with."""
+
+    def __init__(self, name: str, **properties: Any):
+        self._cdc_file_io = properties[PY_IO_IMPL]  # set by open_catalog
+        super().__init__(name, **properties)  # type: ignore[call-arg]
+
+    def _fetch_config(self) -> None:
+        given: dict[str, Any] = dict(self.properties)  # type: ignore[attr-defined]
+        super()._fetch_config()  # type: ignore[misc]
+        # Before __init__ makes the session, which imports the class ``auth`` names.
+        self.properties = _scrubbed(self.properties, given, self._cdc_file_io, "the REST catalog server's config")
+
+    def _response_to_table(self, identifier_tuple: tuple[str, ...], table_response: Any) -> Any:
+        cleaned = _clean_response(identifier_tuple, table_response)
+        return super()._response_to_table(identifier_tuple, cleaned)  # type: ignore[misc]
+
+    def _response_to_staged_table(self, identifier_tuple: tuple[str, ...], table_response: Any) -> Any:
+        cleaned = _clean_response(identifier_tuple, table_response)
+        return super()._response_to_staged_table(identifier_tuple, cleaned)  # type: ignore[misc]
+
+
+def _clean_response(identifier: tuple[str, ...], response: Any) -> Any:
+    metadata = _clean_metadata(response.metadata, _table_name(identifier, response.metadata_location))
+    return response if metadata is response.metadata else response.model_copy(update={"metadata": metadata})
+
+
+@functools.cache
+def _pinned_class(cls: type) -> type:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    mixin = _PinnedRest if issubclass(cls, RestCatalog) else _PinnedCatalog
+    return type(f"Pinned{cls.__name__}", (mixin, cls), {"__module__": __name__})
+
+
+def _pinned_rest_class() -> type:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return _pinned_class(RestCatalog)
 
 
 # -- schemas -----------------------------------------------------------------------------------

@@ -33,10 +33,10 @@ import pyarrow.parquet as pq
 from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import from_remote_traceback
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, dataset_path
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
 from airflow_provider_cdc.cdc.sinks.formats import PARQUET, TableCommit, WindowTag, local_base, table_format
-from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, storage_for
+from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, ensure_private_root, storage_for
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class ParquetSink:
         self.base_path = base_path
         self.topic_prefix = topic_prefix
         self.spark_provider = spark_provider
+        ensure_private_root(base_path)  # a local sink's root, before anything lands in it: 0700
         self.storage = storage_for(base_path, spark_provider)
         self.log = CommitLog(self.storage, topic_prefix)
         self.sink_format = sink_format
@@ -94,7 +95,7 @@ class WindowWriter:
         self._files = _FileWriter()
 
     def dataset_path(self, topic: Topic) -> str:
-        return f"{topic.directory}/window={self.window.window_id}/attempt={self.attempt}"
+        return dataset_path(topic.directory, self.window.window_id, self.attempt)
 
     def write_chunk(self, batches: dict[str, list[pa.RecordBatch]], transactions: pa.RecordBatch | None) -> None:
         """Append one chunk of driver-side batches (stream windows)."""

@@ -7,6 +7,13 @@ events written under different table schemas by the rules in :mod:`.schemas`.
 On Iceberg and Delta sinks (told by the commit log's entries) they read the dataset's table
 as it is now, restricted to the windows in the log: a table commit of a window whose entry a
 crash kept out of the log is not read, and compaction or vacuum of the table changes nothing.
+
+Taking the format from the log is a convenience of these public readers: whoever can write to
+the sink can write a log entry naming a format, and they then open that format's tables. That
+chooses no code (every Iceberg catalog the provider opens has pyiceberg's own FileIO and ignores
+the import keys of a catalog server's config and of table metadata, see
+:mod:`.iceberg`), but a capture's own runs do not rely on it: :func:`check_landed_tables`
+takes the capture's configured ``sink_format`` and fails on an entry naming another.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
-from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
+from airflow_provider_cdc.cdc.sinks.formats import PARQUET, local_base, table_format
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas, spark_read_merged
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
@@ -37,7 +44,7 @@ def committed_paths(base_path: str, topic_prefix: str, topic: str, spark: Any = 
     for entry in CommitLog(storage, topic_prefix).committed():
         dataset = entry.dataset(topic)
         if dataset is not None and dataset.events:
-            paths.append(storage.uri(dataset.path))
+            paths.append(storage.dataset_uri(dataset.path))
     return paths
 
 
@@ -133,7 +140,7 @@ def read_windows_spark(
     if not written:
         return None
     if table_format_of(committed) is None:
-        return spark_read_merged(spark, [storage.uri(d.path) for _, d in written])
+        return spark_read_merged(spark, [storage.dataset_uri(d.path) for _, d in written])
     files = committed_table_files(base_path, topic_prefix, topic, committed, table_catalog)
     if not files:
         return None
@@ -142,15 +149,45 @@ def read_windows_spark(
     return spark_read_merged(spark, files).where(F.col(WINDOW_ID_FIELD).isin([e.window_id for e, _ in written]))
 
 
+def check_entry_formats(entries: list[CommitEntry], sink_format: str, topic_prefix: str) -> None:
+    """Every entry landed in the capture's own ``sink_format``: an entry naming another format is
+    refused before anything it names is opened (a Parquet capture never opens a lake table, nor
+    one format's table as another's, because the log says so)."""
+    for entry in entries:
+        for dataset in entry.datasets:
+            named = dataset.table.get("format") if dataset.table else None
+            if named is not None and named != sink_format:
+                raise CdcStateError(
+                    f"commit log entry of window {entry.window_id} says {dataset.topic} landed in a table of format "
+                    f"{named!r}, but capture {topic_prefix!r} writes sink_format={sink_format!r}: nothing it names is "
+                    "opened. Whoever can write to the sink can write such an entry; move it aside once you know where "
+                    "it came from (if the capture's sink_format was changed, set it back, or move the sink aside and "
+                    "re-snapshot)"
+                )
+
+
 def check_landed_tables(
-    entry: CommitEntry | None, base_path: str, topic_prefix: str, table_catalog: dict[str, str] | None = None
+    entry: CommitEntry | None,
+    base_path: str,
+    topic_prefix: str,
+    table_catalog: dict[str, str] | None = None,
+    *,
+    sink_format: str,
 ) -> None:
     """The lake tables the newest window committed to still hold it: a table dropped, replaced or
     rolled back under the capture fails the run (like a deleted sink directory), before anything
-    is read, instead of silently losing the windows it held."""
-    if entry is None or table_format_of([entry]) is None:
+    is read, instead of silently losing the windows it held.
+
+    The tables are those of the capture's configured ``sink_format``, never of a format the log
+    names: whoever can write to the sink can write a log entry, and a Parquet capture must not
+    open an Iceberg catalog (or a Delta table) because one says so. An entry naming another
+    format fails the run, opening nothing."""
+    if entry is None:
         return
-    tables = table_format(table_format_of([entry]) or "", local_base(base_path), topic_prefix, table_catalog)
+    check_entry_formats([entry], sink_format, topic_prefix)
+    if sink_format == PARQUET:
+        return
+    tables = table_format(sink_format, local_base(base_path), topic_prefix, table_catalog)
     assert tables is not None
     for dataset in entry.datasets:
         if not dataset.table:
@@ -158,13 +195,13 @@ def check_landed_tables(
         topic = Topic(dataset.topic, dataset.path.split("/window=", 1)[0])
         if not tables.exists(topic):
             raise CdcStateError(
-                f"the {dataset.table['format']} table of {dataset.topic} ({tables.table_uri(topic)}) is gone, but "
+                f"the {sink_format} table of {dataset.topic} ({tables.table_uri(topic)}) is gone, but "
                 f"the commit log says window {entry.window_id} landed there: restore the table, or move the sink "
                 "aside and re-snapshot"
             )
         if not tables.holds_window(topic, entry.window.seq):
             raise CdcStateError(
-                f"the {dataset.table['format']} table of {dataset.topic} ({tables.table_uri(topic)}) no longer holds "
+                f"the {sink_format} table of {dataset.topic} ({tables.table_uri(topic)}) no longer holds "
                 f"window {entry.window_id}, the newest one the commit log says landed there (was it rolled back "
                 "or overwritten?): restore it to a version that holds the window"
             )

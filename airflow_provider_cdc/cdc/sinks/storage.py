@@ -11,23 +11,34 @@ Plain paths use :class:`LocalStorage` and need no JVM. URIs with a scheme (``fil
 ``hdfs://``, ``s3a://``, ``abfss://`` ...) use :class:`HadoopStorage` through the Spark session's
 Hadoop configuration inside jobs, so they work wherever Spark can write; outside Spark (the
 operator reading the commit log) they use :class:`ArrowFsStorage`, Arrow's file systems.
+
+What lands is a full copy of the captured tables: a local sink's (or state path's) root
+directory is created ``0o700`` when the product creates it (:func:`ensure_private_root`), so
+nothing under it is reachable by other users whatever the umask gives the files; SQLite catalog
+files are created ``0o600`` (:func:`create_private_file`). An existing root is left as it is
+(sharing it through a group may be intended): setup warns when others may enter it
+(:func:`exposed_root`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 
 
 class Storage(Protocol):
     def uri(self, rel: str) -> str: ...
+
+    def dataset_uri(self, rel: str) -> str:
+        """The URI of a landed dataset directory about to be read (local: holding no links)."""
 
     def read_text(self, rel: str) -> str: ...
 
@@ -39,6 +50,48 @@ class Storage(Protocol):
     def delete_tree(self, rel: str) -> None: ...
 
     def exists(self, rel: str) -> bool: ...
+
+
+def inside(rel: str) -> str:
+    """``rel`` if it names a place inside the sink's base path, else :class:`CdcStateError`.
+
+    Every path the storage is handed is relative to the base path; some are read back from the
+    commit log or the offset, which others can write. Each part must be a plain name: no absolute
+    path (which would replace the base), no ``..``, ``.`` or empty part, no backslash, colon
+    (a scheme or drive to Hadoop and Windows) or NUL. The layout's own names never have them."""
+    if rel == "":
+        return rel
+    if (
+        not isinstance(rel, str)
+        or any(c in rel for c in "\\:\x00")
+        or any(p in ("", ".", "..") for p in rel.split("/"))
+    ):
+        raise CdcStateError(f"path {rel!r} does not stay inside the sink: refused (it was not written by this capture)")
+    return rel
+
+
+def contained(root: str | os.PathLike[str], rel: str) -> Path:
+    """``root / rel`` on the local file system, refused (:class:`CdcStateError`) when it resolves
+    outside ``root``: ``rel`` passed :func:`inside`, but a part of it may be a symbolic link that
+    someone who may write the sink planted (the checks above are on names only)."""
+    path = Path(root) / rel
+    base = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != base and os.path.commonpath([real, base]) != base:
+        raise CdcStateError(f"{str(path)!r} leads outside {str(root)!r} (through a symbolic link): refused")
+    return path
+
+
+def check_no_links(directory: str) -> None:
+    """A landed directory about to be read holds files, never links to files elsewhere: a reader
+    would otherwise read another capture's (or anyone's) data into this capture's topics."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return  # absent: the read that follows says so
+    for entry in entries:
+        if entry.is_symlink():
+            raise CdcStateError(f"{entry.path!r} is a symbolic link: the sink's files are never links; refused")
 
 
 def is_uri(base_path: str) -> bool:
@@ -86,20 +139,111 @@ def check_writable(base_path: str) -> None:
         )
 
 
+#: Mode of the directories and files the sink creates for itself (before the umask).
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def local_root(base_path: str) -> Path | None:
+    """The local directory of a plain path or a ``file://`` URI (None for other URIs)."""
+    if not base_path or not str(base_path).strip():
+        return None
+    parsed = urlparse(str(base_path))
+    if is_uri(str(base_path)):
+        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+            return None
+        return Path(parsed.path)
+    return Path(base_path).expanduser().absolute()
+
+
+def ensure_private_root(base_path: str) -> None:
+    """Create a local ``base_path`` (plain or ``file://``) that does not exist yet as a directory
+    only its owner may enter (its missing parents get the usual mode). An existing directory is
+    left as it is; a path that cannot be created is left to the writer's own error."""
+    root = local_root(base_path)
+    if root is None or root.exists():
+        return
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(root, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        pass  # made meanwhile (another task of the capture): its maker chose its mode
+    except OSError:
+        pass  # the write that follows fails, saying why
+
+
+def exposed_root(base_path: str, name: str = "sink_path") -> str | None:
+    """A warning when a local ``base_path`` exists and other users (its group, or everyone) may
+    enter or list it; None when it is private, absent or not local."""
+    root = local_root(base_path)
+    if root is None:
+        return None
+    try:
+        mode = stat.S_IMODE(root.stat().st_mode)
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    who = "everyone" if mode & 0o007 else "its group"
+    return (
+        f"{name} {str(root)!r} is open to {who} (mode {mode:04o}): the landed files are full copies of the "
+        f"captured tables, readable by those users unless each file's own mode stops them. Run chmod 700 "
+        f"{str(root)!r} unless sharing it is intended (a root the capture creates is made 0700)"
+    )
+
+
+def create_private_file(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (an empty file is an empty SQLite
+    database: SQLite then keeps the mode, and gives it to its journal and WAL files)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+    except FileExistsError:
+        pass
+
+
+def create_private_sqlite(uri: str | None) -> None:
+    """Before pyiceberg's SQL catalog opens a ``sqlite:///`` file that does not exist yet: create
+    it 0600 (SQLAlchemy would create it with the umask's mode). Other URIs are left alone, and so
+    is a file whose directory does not exist (opening it fails, saying so)."""
+    if not uri or not str(uri).startswith("sqlite:"):
+        return
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(str(uri))
+    except Exception:  # not SQLAlchemy's URL syntax: pyiceberg's own error says so
+        return
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
+        return
+    path = Path(database).expanduser()
+    if path.parent.is_dir():
+        create_private_file(path)
+
+
 class LocalStorage:
     def __init__(self, base_path: str | os.PathLike[str]):
         self.root = Path(base_path).expanduser().absolute()
         if self.root.exists() and not self.root.is_dir():
             raise CdcConfigurationError(f"sink_path {str(self.root)!r} exists and is not a directory")
 
+    def _path(self, rel: str) -> Path:
+        return contained(self.root, inside(rel))
+
     def uri(self, rel: str) -> str:
-        return str(self.root / rel)
+        return str(self._path(rel))
+
+    def dataset_uri(self, rel: str) -> str:
+        path = str(self._path(rel))
+        check_no_links(path)
+        return path
 
     def read_text(self, rel: str) -> str:
-        return (self.root / rel).read_text(encoding="utf-8")
+        return self._path(rel).read_text(encoding="utf-8")
 
     def publish_text(self, rel: str, text: str) -> None:
-        target = self.root / rel
+        target = self._path(rel)
+        ensure_private_root(str(self.root))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -113,14 +257,19 @@ class LocalStorage:
         _fsync_dir(target.parent)
 
     def list_names(self, rel_dir: str) -> list[str]:
-        path = self.root / rel_dir
+        path = self._path(rel_dir)
         return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
 
     def delete_tree(self, rel: str) -> None:
-        shutil.rmtree(self.root / rel, ignore_errors=True)
+        if not inside(rel):
+            raise CdcStateError("refusing to delete the sink's base path")
+        path = self._path(rel)
+        if path.is_symlink():
+            raise CdcStateError(f"{str(path)!r} is a symbolic link: the sink's directories are never links; refused")
+        shutil.rmtree(path, ignore_errors=True)
 
     def exists(self, rel: str) -> bool:
-        return (self.root / rel).exists()
+        return self._path(rel).exists()
 
 
 class HadoopStorage:
@@ -142,7 +291,10 @@ class HadoopStorage:
         return self._fs_cache
 
     def uri(self, rel: str) -> str:
-        return f"{self.base_uri}/{rel}" if rel else self.base_uri
+        return f"{self.base_uri}/{inside(rel)}" if rel else self.base_uri
+
+    def dataset_uri(self, rel: str) -> str:
+        return self.uri(rel)
 
     def _path(self, rel: str) -> Any:
         _, path_class = self._fs()
@@ -185,6 +337,8 @@ class HadoopStorage:
         return sorted(status.getPath().getName() for status in fs.listStatus(path))
 
     def delete_tree(self, rel: str) -> None:
+        if not inside(rel):
+            raise CdcStateError("refusing to delete the sink's base path")
         fs, _ = self._fs()
         fs.delete(self._path(rel), True)
 
@@ -209,12 +363,22 @@ class ArrowFsStorage:
             self._fs, self._root = pafs.FileSystem.from_uri(scheme + self.base_uri[len(parsed.scheme) :])
         except (ValueError, OSError) as exc:
             raise CdcConfigurationError(f"cannot open sink_path {base_uri!r} outside Spark: {exc}") from None
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
 
     def uri(self, rel: str) -> str:
-        return f"{self.base_uri}/{rel}" if rel else self.base_uri
+        self._path(rel)
+        return f"{self.base_uri}/{inside(rel)}" if rel else self.base_uri
+
+    def dataset_uri(self, rel: str) -> str:
+        uri = self.uri(rel)
+        if self._local:
+            check_no_links(self._path(rel))
+        return uri
 
     def _path(self, rel: str) -> str:
-        return f"{self._root}/{rel}" if rel else self._root
+        if rel and self._local:  # a file:// sink: links are followed there too
+            return str(contained(self._root, inside(rel)))
+        return f"{self._root}/{inside(rel)}" if rel else self._root
 
     def read_text(self, rel: str) -> str:
         with self._fs.open_input_stream(self._path(rel)) as stream:
@@ -238,6 +402,8 @@ class ArrowFsStorage:
         return sorted(info.base_name for info in infos)
 
     def delete_tree(self, rel: str) -> None:
+        if not inside(rel):
+            raise CdcStateError("refusing to delete the sink's base path")
         if self.exists(rel):
             self._fs.delete_dir(self._path(rel))
 

@@ -83,12 +83,13 @@ def both_forms(db, names: list[str], chunk_bytes: int) -> dict[str, tuple]:
     with connect(db.info) as conn:  # the capture's session settings
         outputs = dict(
             conn.execute(
-                "SELECT a.attname::text, p.proname::text FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid "
-                "JOIN pg_proc p ON p.oid = ty.typoutput WHERE a.attrelid = 'v'::regclass AND a.attnum > 0"
+                # its search_path is pg_catalog: an extension's output function is named with its schema
+                "SELECT a.attname::text, ty.typoutput::regproc::text FROM pg_attribute a "
+                "JOIN pg_type ty ON ty.oid = a.atttypid WHERE a.attrelid = 'public.v'::regclass AND a.attnum > 0"
             ).fetchall()
         )
         selected = ", ".join(f"{n}, pg_catalog.textin({outputs[n]}({n}))" for n in names)
-        statement = f"COPY (SELECT {selected} FROM v ORDER BY id) TO STDOUT (FORMAT binary)"
+        statement = f"COPY (SELECT {selected} FROM public.v ORDER BY id) TO STDOUT (FORMAT binary)"
         chunks = list(read_copy_chunks(conn, statement.encode(), 2 * len(names), chunk_bytes=chunk_bytes))
     return {
         n: (

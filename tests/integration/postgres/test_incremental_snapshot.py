@@ -257,7 +257,8 @@ def test_char_keys_null_surrogate_keys_and_conditions_page_exactly(db15, tmp_pat
     db15.setup_capture(capture.tables)
     capture.snapshot()
     refs = [TableRef("public", n) for n in ("codes", "loose", "items")]
-    conditions = [{"data-collection": "public.items", "filter": "1=1) OR (1=1"}]  # cannot widen the bounds
+    # An OR in a filter stays inside the filter's parentheses: it cannot widen the key bounds.
+    conditions = [{"data-collection": "public.items", "filter": "id >= 1 OR id < 1"}]
     data = {"data-collections": ["public.codes", "public.items"], "additional-conditions": conditions}
     capture.signal("execute-snapshot", data, refs)
     capture.signal("execute-snapshot", {"data-collections": ["public.loose"], "surrogate-key": "sk"}, refs)
@@ -274,23 +275,35 @@ def test_char_keys_null_surrogate_keys_and_conditions_page_exactly(db15, tmp_pat
     assert sorted(r["id"] for r in read("items")) == list(range(1, 10))  # each once
 
 
-def test_an_additional_condition_is_one_expression_never_more_statements(db15, tmp_path):
-    _create(db15, 20)
-    capture = Capture(db15, tmp_path, chunk_size=10, chunks_per_run=5)
+def test_a_filter_selects_rows_by_its_columns_and_a_server_error_is_reported_without_its_text(db15, tmp_path):
+    _create(db15, 40)
+    capture = Capture(db15, tmp_path, chunk_size=7, chunks_per_run=20)
     capture.snapshot()
-    attack = "false); DELETE FROM items; SELECT 1 AS id WHERE (true"
-    capture.signal(
-        "execute-snapshot",
-        {
-            "data-collections": ["public.items"],
-            "additional-conditions": [{"data-collection": "public.items", "filter": attack}],
-        },
-    )
+    filtered = {
+        "data-collections": ["public.items"],
+        "additional-conditions": [
+            {"data-collection": "public.items", "filter": "(id BETWEEN 5 AND 30 AND NOT id IN (7, 8)) OR id > 38"}
+        ],
+    }
+    capture.signal("execute-snapshot", filtered)
     capture.window()
-    assert capture.state.history[-1].status == "failed"
-    assert "multiple commands" in capture.state.history[-1].error
-    with db15.connect() as conn:
-        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 20
+    capture.window()
+    expected = [i for i in range(1, 41) if (5 <= i <= 30 and i not in (7, 8)) or i > 38]
+    assert sorted(e["after"]["id"] for e in _incremental_rows(capture.events())) == expected
+    # A value the column's type refuses: the server's own message is left out, its SQLSTATE kept.
+    marker = "zz-marker-value"
+    bad = {
+        "data-collections": ["public.items"],
+        "additional-conditions": [
+            {"data-collection": "public.items", "filter": {"column": "id", "op": "=", "value": marker}}
+        ],
+    }
+    capture.signal("execute-snapshot", bad)
+    entry = capture.window()
+    failed = capture.state.history[-1]
+    assert failed.status == "failed" and "SQLSTATE 22P02" in failed.error, failed
+    notes = entry.stats["incremental_run"]["notes"]
+    assert not any("invalid input syntax" in text for text in (failed.error, *notes)), (failed.error, notes)
 
 
 def test_a_commit_held_back_by_a_synchronous_standby_is_never_overwritten_by_a_chunk(db15, tmp_path):

@@ -241,7 +241,7 @@ def test_every_text_route_reads_what_the_stream_sends_with_select_alone(db15, sp
             for row in conn.execute(
                 "SELECT id, "
                 + ", ".join(f"CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END" for c in texts)
-                + " FROM routes WHERE id < 100"
+                + " FROM public.routes WHERE id < 100"
             ).fetchall()
         }
     for i in range(len(ROUTES_ROWS)):

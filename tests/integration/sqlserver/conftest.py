@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.sqlserver import StatementRecorder
-from tests.support.sqlserver.fixtures import airflow_connection, standin_for
+from tests.support.sqlserver.fixtures import DRIVER_IN_EXTRA_ALLOWED, airflow_connection, standin_for
 
 #: A recorder for stand-ins a module starts itself (checked by that module).
 RECORDER = StatementRecorder()
@@ -26,4 +26,5 @@ def sqlserver_conn(sqlserver, airflow_db, spark, monkeypatch):
     """The stand-in, its Airflow connection id, with Airflow's metadata DB and Spark ready."""
     conn_id = f"mssql_{sqlserver.database}"
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", airflow_connection(sqlserver))
+    monkeypatch.setenv(*DRIVER_IN_EXTRA_ALLOWED)
     return sqlserver, conn_id

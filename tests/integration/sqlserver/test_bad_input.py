@@ -46,7 +46,7 @@ from tests.integration.test_bad_input import (
 )
 from tests.support import airflow as af
 from tests.support.sqlserver import SqlServerStandIn, StatementRecorder, workload
-from tests.support.sqlserver.fixtures import airflow_connection
+from tests.support.sqlserver.fixtures import DRIVER_IN_EXTRA_ALLOWED, airflow_connection
 
 pytestmark = [pytest.mark.airflow]
 
@@ -243,6 +243,7 @@ def src(clusters, airflow_db, tmp_path_factory) -> Iterator[Source]:
         with pytest.MonkeyPatch.context() as env:
             for name, value in connections.items():
                 env.setenv(f"AIRFLOW_CONN_{conn_ids[name].upper()}", value)
+            env.setenv(*DRIVER_IN_EXTRA_ALLOWED)
             conn_ids["unknown"] = "ss_bi_no_such_connection"
             yield Source(
                 standin,

@@ -37,7 +37,7 @@ from tests.support import crash as harness
 from tests.support.crash import CrashCapture
 from tests.support.crash_sources import SqlServerCrashSource, metadata_variables
 from tests.support.sqlserver import SqlServerStandIn, StatementRecorder, workload
-from tests.support.sqlserver.fixtures import airflow_connection
+from tests.support.sqlserver.fixtures import DRIVER_IN_EXTRA_ALLOWED, airflow_connection
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -81,6 +81,7 @@ def crash_source(request, clusters, spark, airflow_db):
         conn_id = f"mssql_{standin.database}"
         with pytest.MonkeyPatch.context() as patch, metadata_variables():
             patch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", airflow_connection(standin))
+            patch.setenv(*DRIVER_IN_EXTRA_ALLOWED)  # the crash children inherit it
             source = SqlServerCrashSource(standin, conn_id)
             yield source, harness.Workload(source)
     finally:

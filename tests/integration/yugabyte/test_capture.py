@@ -10,6 +10,7 @@ from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperato
 from tests.support import airflow as af
 from tests.support import yb_workload as workload
 from tests.support.oracle import assert_same_state, events_of, replay
+from tests.support.yugabyte.read_time_procedure import documented, with_role
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -150,11 +151,10 @@ def test_default_and_full_replica_identities_and_the_read_time_procedure(yugabyt
         conn.execute("ALTER TABLE public.f REPLICA IDENTITY FULL")
         conn.execute("INSERT INTO public.d VALUES (1, 'x', 1), (2, 'y', 2)")
         conn.execute("INSERT INTO public.f VALUES (1, 'x', 1), (2, 'y', 2)")
-        conn.execute("CREATE SCHEMA cdc")
-        conn.execute(
-            "CREATE PROCEDURE cdc.set_yb_read_time(value text) LANGUAGE plpgsql AS "
-            "$$ BEGIN EXECUTE 'SET LOCAL yb_read_time = ' || quote_literal(value); END $$ SECURITY DEFINER"
-        )
+        # The procedure exactly as docs/yugabytedb.md gives it (granted to the role the test runs
+        # as). The stand-in's proxy turns the capture's CALL into its snapshot, so the body itself
+        # runs in tests/integration/yugabyte/test_read_time_procedure.py, on plain PostgreSQL.
+        conn.execute(with_role(documented(), standin.cluster.superuser))
     errors: dict = {}
     capture = make_capture(
         conn_id, tmp_path, standin.database, tables=["public.d", "public.f"], read_time_procedure="cdc.set_yb_read_time"

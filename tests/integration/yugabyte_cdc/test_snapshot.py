@@ -68,6 +68,7 @@ def snapshot_spec(yb, stream: str, tables: list[str], sink, seq: int = 1) -> YbC
         window=Window(seq, "snapshot", None, None, PLANNED_AT + seq),
         sink_path=str(sink),
         options=CaptureOptions(idle_timeout_seconds=20),
+        tls=None,  # the stand-in's RPC ports are plaintext: said explicitly (the default is TLS)
     )
 
 
@@ -82,6 +83,7 @@ def stream_spec(yb, stream: str, tables: list[str], sink, seq: int, from_ht: int
         sink_path=str(sink),
         tablets=tablets,
         options=CaptureOptions(idle_timeout_seconds=20),
+        tls=None,
     )
 
 
@@ -217,9 +219,7 @@ def test_known_table_ids_leave_the_other_stream_tables_untouched(yb, provider, t
 
     def states(stream: str, table: str) -> dict[str, tuple]:
         fields = ("start", "checkpoint", "snapshot_key", "polled")  # the stream's own, not the tablet's
-        return {
-            t["tablet_id"]: tuple(yb.state(stream, t["tablet_id"])[f] for f in fields) for t in yb.tablets(table)
-        }
+        return {t["tablet_id"]: tuple(yb.state(stream, t["tablet_id"])[f] for f in fields) for t in yb.tablets(table)}
 
     def touched(stream: str, table: str, before: dict[str, tuple]) -> set[str]:
         """The tablets whose stream state (checkpoint, snapshot key, polling) moved since ``before``."""
@@ -302,7 +302,7 @@ def test_leader_moves_and_refusals_during_the_snapshot(yb, provider, small_pages
     assert moved[first] > terms[first] and moved[third] > terms[third] + 1
     # the refusals were answered to a task (none is left for this call)
     once = RetryPolicy(attempts=1)
-    with YbCdcClient(yb.master_addresses, stream, retry=once) as client:
+    with YbCdcClient(yb.master_addresses, stream, retry=once, tls=None) as client:
         boot = entry.stats["source_state"]["tablets"][second]["lsn"]
         start = Checkpoint.parse(boot)
         page = Checkpoint(start.term, start.index, b"", -1, entry.stats["snapshot_ht"])

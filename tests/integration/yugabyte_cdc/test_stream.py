@@ -60,6 +60,7 @@ def make_spec(yb, stream, table, sink, seq, from_ht, to_ht, tablets, record_type
         previous_commit_ht=previous,
         record_type=record_type,
         options=CaptureOptions(idle_timeout_seconds=20),
+        tls=None,  # the stand-in's RPC ports are plaintext: said explicitly (the default is TLS)
     )
 
 

@@ -306,6 +306,76 @@ BEGIN
     RETURN r.role_name IS NULL OR pg_has_role(current_user, r.role_name, 'MEMBER');
 END $$;
 
+-- GRANT / REVOKE <permission> ON SCHEMA::<schema> TO|FROM <principal> (translate.py). SQL Server
+-- checks a schema-scope permission on every object in the schema, present and future, and a REVOKE
+-- at schema scope takes away only that grant, never object-level grants
+-- (https://learn.microsoft.com/en-us/sql/t-sql/statements/grant-schema-permissions-transact-sql,
+-- .../revoke-schema-permissions-transact-sql). Emulated with one NOLOGIN role per (database,
+-- schema, permission) that holds the permission on every table and view of the schema (and, by
+-- default privileges, on those its owner creates later: new change tables); the grant is membership
+-- of that role, the revoke ends it. Named ssg_<md5(database)[:8]>_<md5(schema/permission)[:8]>;
+-- SqlServerStandIn.stop() drops them with the database.
+CREATE FUNCTION standin.schema_permission_role(schema_name text, permission text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT 'ssg_' || substr(md5(current_database()), 1, 8) || '_' || substr(md5(schema_name || '/' || upper(permission)), 1, 8)
+$$;
+CREATE PROCEDURE standin.schema_permission(is_grant boolean, schema_name text, permissions text[], principals text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    nsp text := (SELECT nspname FROM pg_namespace WHERE lower(nspname) = lower(schema_name)
+                 ORDER BY nspname = schema_name DESC LIMIT 1);
+    owner text := (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = nsp);
+    perm text;
+    holder text;
+    principal text;
+BEGIN
+    IF nsp IS NULL THEN
+        PERFORM standin.raise_error(15151, format('Cannot find the schema ''%s'', because it does not exist or you do not have permission.', schema_name));
+    END IF;
+    FOREACH perm IN ARRAY permissions LOOP
+        perm := upper(perm);
+        IF perm NOT IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE', 'REFERENCES') THEN
+            PERFORM standin.raise_error(102, format('permission %s on a schema is not emulated (standin)', perm));
+        END IF;
+        holder := standin.schema_permission_role(nsp, perm);
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = holder) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', holder);
+        END IF;
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', nsp, holder);
+        EXECUTE format('GRANT %s ON ALL TABLES IN SCHEMA %I TO %I', perm, nsp, holder);
+        EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %I GRANT %s ON TABLES TO %I', owner, nsp, perm, holder);
+        FOREACH principal IN ARRAY principals LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = principal) THEN
+                PERFORM standin.raise_error(15151, format('Cannot find the user ''%s'', because it does not exist or you do not have permission.', principal));
+            END IF;
+            IF is_grant THEN
+                EXECUTE format('GRANT %I TO %I', holder, principal);
+            ELSE
+                EXECUTE format('REVOKE %I FROM %I', holder, principal);
+            END IF;
+        END LOOP;
+    END LOOP;
+END $$;
+
+-- GRANT / REVOKE VIEW SERVER STATE TO|FROM <login>: recorded for HAS_PERMS_BY_NAME only; nothing
+-- (sys.dm_server_services included) is gated by it (docs/sqlserver-standin.md, Permissions).
+CREATE TABLE standin.server_permissions (principal text NOT NULL, permission text NOT NULL, PRIMARY KEY (principal, permission));
+CREATE PROCEDURE standin.server_permission(is_grant boolean, p_permission text, principals text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    who text;
+BEGIN
+    FOREACH who IN ARRAY principals LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = who) THEN
+            PERFORM standin.raise_error(15151, format('Cannot find the login ''%s'', because it does not exist or you do not have permission.', who));
+        END IF;
+        IF is_grant THEN
+            INSERT INTO standin.server_permissions VALUES (who, upper(p_permission)) ON CONFLICT DO NOTHING;
+        ELSE
+            DELETE FROM standin.server_permissions sp WHERE sp.principal = who AND sp.permission = upper(p_permission);
+        END IF;
+    END LOOP;
+END $$;
+
 -- ---------------------------------------------------------------- T-SQL built-ins
 CREATE FUNCTION sys.db_name() RETURNS varchar(128) LANGUAGE sql STABLE AS $$ SELECT current_database()::varchar $$;
 CREATE FUNCTION sys.db_name(database_id integer) RETURNS varchar(128) LANGUAGE sql STABLE AS $$
@@ -378,8 +448,9 @@ BEGIN
         RETURN has_schema_privilege(cleaned, CASE WHEN upper(permission) = 'EXECUTE' THEN 'USAGE' ELSE upper(permission) END)::integer;
     ELSIF upper(securable_class) IN ('DATABASE') THEN
         RETURN has_database_privilege(current_database(), CASE WHEN upper(permission) IN ('CONNECT') THEN 'CONNECT' ELSE 'CREATE' END)::integer;
-    ELSIF upper(securable_class) = 'SERVER' THEN
-        RETURN 0;
+    ELSIF securable_class IS NULL OR upper(securable_class) = 'SERVER' THEN  -- server permissions (recorded only)
+        RETURN EXISTS (SELECT 1 FROM standin.server_permissions sp
+                       WHERE sp.principal = current_user AND sp.permission = upper(has_perms_by_name.permission))::integer;
     END IF;
     RETURN NULL;
 END $$;

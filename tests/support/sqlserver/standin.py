@@ -1,12 +1,14 @@
 """SqlServerStandIn: the object product tests use to get an emulated SQL Server (tests only).
 
 A PostgreSQL database holding the emulated CDC surface (catalog.sql), a capture job
-(capture.py), and a T-SQL proxy (proxy.py) that psqlODBC connects to. Product code gets
+(capture.py), and a T-SQL proxy (proxy.py) that psqlODBC connects to, as the ODBC driver
+``ODBC_DRIVER`` the tests register (tests/support/odbc.py). Product code gets
 ``connection_string`` and calls ``pyodbc.connect`` on it like on SQL Server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from pathlib import Path
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from .. import odbc
+from ..odbc import ODBC_DRIVER
 from . import capture
 from . import types as sstypes
 from .proxy import TsqlProxy
@@ -22,19 +26,7 @@ from .statements import StatementRecorder
 if TYPE_CHECKING:  # any object with host, port, superuser, password, dsn(), connect(), create_database()
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
-ODBC_DRIVER = "PostgreSQL Unicode"  # Debian's psqlODBC (odbc-postgresql), registered by its package
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
-
-# psqlODBC options: booleans as SQL_BIT (pyodbc bool, like SQL Server's bit), server-side
-# prepare (statements other than SELECTs reach the proxy as Parse messages with $n markers, not
-# client-interpolated literals), no SSL to the proxy. SELECTs are read through the driver's
-# declare/fetch cursors, CURSOR_ROWS rows per FETCH: without them psqlODBC holds a query's whole
-# result in the client, where SQL Server's drivers stream it. The proxy unwraps the driver's
-# cursor statements (docs/sqlserver-standin.md).
-CURSOR_ROWS = 2000
-DRIVER_OPTIONS = (
-    f"SSLmode=disable;BoolsAsChar=0;UseServerSidePrepare=1;UseDeclareFetch=1;Fetch={CURSOR_ROWS};Protocol=7.4-1"
-)
 
 
 class SqlServerStandIn:
@@ -66,6 +58,10 @@ class SqlServerStandIn:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> SqlServerStandIn:
+        # The driver's entry (tests/conftest.py installs it at import; here for callers outside pytest,
+        # which must still do it before their first ODBC use: check() says so).
+        odbc.install()
+        odbc.check()
         self.cluster.create_database(self.database)
         self._admin = psycopg.connect(self.cluster.dsn(self.database), autocommit=True)
         install(self._admin, self.server_name)
@@ -100,6 +96,12 @@ class SqlServerStandIn:
         if drop:
             with self.cluster.connect() as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+                # the roles behind GRANT ... ON SCHEMA:: (catalog.sql, standin.schema_permission)
+                prefix = "ssg_" + hashlib.md5(self.database.encode()).hexdigest()[:8] + "_"
+                for (role,) in conn.execute(
+                    "SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (prefix,)
+                ).fetchall():
+                    conn.execute(f'DROP ROLE IF EXISTS "{role}"')
 
     def __enter__(self) -> SqlServerStandIn:
         return self.start()
@@ -114,12 +116,13 @@ class SqlServerStandIn:
         return ODBC_DRIVER
 
     def connection_string(self, user: str | None = None, password: str | None = None) -> str:
-        """An ODBC connection string for ``pyodbc.connect``, pointing at the proxy."""
+        """An ODBC connection string for ``pyodbc.connect``, pointing at the proxy. The driver's
+        settings are its odbcinst.ini entry's (tests/support/odbc.py), so its name goes unbraced:
+        psqlODBC looks the entry up under the value as written, braces included."""
         assert self.proxy is not None, "start() first"
         return (
-            f"DRIVER={{{ODBC_DRIVER}}};SERVER=127.0.0.1;PORT={self.proxy.port};DATABASE={self.database};"
+            f"DRIVER={ODBC_DRIVER};SERVER=127.0.0.1;PORT={self.proxy.port};DATABASE={self.database};"
             f"UID={user or self.cluster.superuser};PWD={password if password is not None else self.cluster.password};"
-            f"{DRIVER_OPTIONS}"
         )
 
     def connect(self, autocommit: bool = True, **kwargs):

@@ -62,6 +62,23 @@ _EXEC = re.compile(
     r"^\s*EXEC(?:UTE)?\s+(?:\[?\w+\]?\.)?(?:\[?(\w+)\]?\.)?\[?(\w+)\]?(.*?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
 )
 _GLOBAL = re.compile(r"@@(\w+)")
+# GRANT / REVOKE with a securable class: T-SQL's ``ON SCHEMA::<schema>`` and ``ON OBJECT::<object>``, and
+# the server permission the SQL Server docs grant (VIEW SERVER STATE). sqlglot reads only the
+# class-less object form (``ON dbo.orders``); these are rewritten explicitly. Grammar:
+# https://learn.microsoft.com/en-us/sql/t-sql/statements/grant-schema-permissions-transact-sql,
+# .../grant-object-permissions-transact-sql, .../grant-server-permissions-transact-sql (REVOKE takes
+# TO or FROM: .../revoke-schema-permissions-transact-sql).
+_TSQL_NAME = r"(?:\[[^\]]+\]|\w+)"
+_SCHEMA_GRANT = re.compile(
+    rf"^\s*(GRANT|REVOKE)\s+(\w+(?:\s*,\s*\w+)*)\s+ON\s+SCHEMA\s*::\s*({_TSQL_NAME})\s+(?:TO|FROM)\s+"
+    rf"({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
+    re.IGNORECASE,
+)
+_OBJECT_CLASS = re.compile(r"^(\s*(?:GRANT|REVOKE)\s+[\w\s,]+?\s+ON\s+)OBJECT\s*::\s*", re.IGNORECASE)
+_SERVER_GRANT = re.compile(
+    rf"^\s*(GRANT|REVOKE)\s+(VIEW\s+SERVER\s+STATE)\s+(?:TO|FROM)\s+({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
+    re.IGNORECASE,
+)
 # The one batch with a variable the product sends: take an application lock and return its code.
 _GETAPPLOCK = re.compile(
     r"^\s*DECLARE\s+@(\w+)\s+int\s*;\s*EXEC\s+@\1\s*=\s*sys\.sp_getapplock\s+@Resource\s*=\s*(\$\d+|N?'[^']*')\s*,"
@@ -189,6 +206,23 @@ def translate(sql: str, resolver: Resolver | None = None) -> Translation:
     m = _EXEC.match(text)
     if m:
         return _translate_exec(sql, m.group(1), m.group(2), m.group(3))
+    m = _SCHEMA_GRANT.match(text)
+    if m:  # standin.schema_permission (catalog.sql): membership of a role holding it on the schema's objects
+        permissions = _sql_array(p.strip().upper() for p in m.group(2).split(","))
+        return Translation(
+            f"CALL standin.schema_permission({m.group(1).upper() == 'GRANT'}, {_sql_text(_unbracket(m.group(3)))}, "
+            f"{permissions}, {_sql_array(_unbracket(n) for n in m.group(4).split(','))})",
+            data_access=False,
+        )
+    m = _SERVER_GRANT.match(text)
+    if m:  # recorded for HAS_PERMS_BY_NAME (catalog.sql: standin.server_permission)
+        permission = " ".join(m.group(2).upper().split())
+        return Translation(
+            f"CALL standin.server_permission({m.group(1).upper() == 'GRANT'}, {_sql_text(permission)}, "
+            f"{_sql_array(_unbracket(n) for n in m.group(3).split(','))})",
+            data_access=False,
+        )
+    text = _OBJECT_CLASS.sub(r"\1", text)  # ON OBJECT::dbo.orders is ON dbo.orders; sqlglot reads that form
     prepared = _PARAM.sub(lambda p: f"@__p{p.group(1)}", text)
     prepared = _GLOBAL.sub(lambda g: f"sys.atat_{g.group(1).lower()}()", prepared)
     prepared = _TZOFFSET.sub("sys.tz_offset_minutes(", prepared)
@@ -232,6 +266,19 @@ def _translate_exec(sql: str, schema: str | None, name: str, args_text: str) -> 
         args.append(f"{pname} => {_literal(sql, am.group(2))}")
     call = f"sys.{proc}({', '.join(args)})"
     return Translation(f"SELECT * FROM {call}" if returns_rows else f"CALL {call}")
+
+
+def _unbracket(name: str) -> str:
+    name = name.strip()
+    return name[1:-1].replace("]]", "]") if name.startswith("[") else name
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_array(values) -> str:
+    return "ARRAY[" + ", ".join(_sql_text(v) for v in values) + "]::text[]"
 
 
 def _split_args(text: str) -> list[str]:

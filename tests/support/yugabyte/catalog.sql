@@ -178,6 +178,8 @@ SELECT s.slot_name,
 FROM yb_standin.slots s
 CROSS JOIN yb_standin.settings st
 JOIN pg_catalog.pg_database d ON d.datname = current_database();
+-- Like PostgreSQL's and YB's view, readable by every role (the slot health check runs as the capture role).
+GRANT SELECT ON yb_standin.pg_replication_slots TO PUBLIC;
 
 -- Registers a slot (both creation routes) and freezes every user table's identity for it.
 CREATE OR REPLACE FUNCTION yb_standin.register_slot(

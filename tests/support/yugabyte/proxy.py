@@ -34,7 +34,7 @@ _ALTER_IDENTITY = re.compile(
 )
 _READ_TIME = re.compile(r"SET\s+LOCAL\s+yb_read_time\s*(?:TO|=)\s*'\s*(\d+)\s*(ht)?\s*'", re.IGNORECASE)
 _READ_TIME_CALL = re.compile(
-    rf"CALL\s+(?:{_NAME}\s*\.\s*)?(?:set_yb_read_time|\"set_yb_read_time\")\s*\(\s*'\s*(\d+)\s*(ht)?\s*'\s*\)",
+    rf"CALL\s+(?:({_NAME})\s*\.\s*)?(?:set_yb_read_time|\"set_yb_read_time\")\s*\(\s*'\s*(\d+)\s*(ht)?\s*'\s*\)",
     re.IGNORECASE,
 )
 _CATALOG_CHECK = re.compile(r'(?<![\w."])yb_disable_catalog_version_check\b', re.IGNORECASE)
@@ -85,32 +85,62 @@ def _hash_code_calls(sql: str) -> str:
     return "".join(out) + sql[pos:]
 
 
-def rewrite_sql(sql: str, snapshot_for) -> str:
+def rewrite_sql(sql: str, snapshot_for, refuse_call=None) -> str:
     """The YSQL the stand-in accepts, as PostgreSQL statements. ``snapshot_for(ht)`` -> the exported
-    snapshot held for a slot whose consistent point is ``ht``, or None."""
+    snapshot held for a slot whose consistent point is ``ht``, or None. ``refuse_call(schema, name)``
+    -> ``(sqlstate, message)`` when the session's role may not call the read-time procedure (its
+    body never runs here, so its privileges are checked instead), or None."""
 
     def identity(m: re.Match) -> str:
         return f"SELECT yb_standin.set_replica_identity({_literal(m.group(1))}, {_literal(m.group(2).upper())})"
 
-    def read_time(m: re.Match) -> str:
-        value = int(m.group(1))
-        ht = value if m.group(2) else value << 12  # without ' ht': Unix microseconds
+    def read_time_value(digits: str, ht_suffix: str | None) -> str:
+        value = int(digits)
+        ht = value if ht_suffix else value << 12  # without ' ht': Unix microseconds
         snapshot = snapshot_for(ht)
         if snapshot is None:
             return _raise(
                 "22023",
-                f"yb_read_time {value}{' ht' if m.group(2) else ''}: the YugabyteDB stand-in only supports the "
+                f"yb_read_time {value}{' ht' if ht_suffix else ''}: the YugabyteDB stand-in only supports the "
                 "consistent snapshot points of replication slots it created with USE_SNAPSHOT/EXPORT_SNAPSHOT",
             )
         return f"SET TRANSACTION SNAPSHOT {_literal(snapshot)}"
 
+    def read_time(m: re.Match) -> str:
+        return read_time_value(m.group(1), m.group(2))
+
+    def read_time_call(m: re.Match) -> str:
+        refusal = refuse_call(unquote(m.group(1)) if m.group(1) else None, "set_yb_read_time") if refuse_call else None
+        if refusal is not None:
+            return _raise(*refusal)
+        return read_time_value(m.group(2), m.group(3))
+
     sql = _ALTER_IDENTITY.sub(identity, sql)
     sql = _READ_TIME.sub(read_time, sql)
-    sql = _READ_TIME_CALL.sub(read_time, sql)
+    sql = _READ_TIME_CALL.sub(read_time_call, sql)
     sql = _CATALOG_CHECK.sub("yb_standin.yb_disable_catalog_version_check", sql)
     if _HASH_CODE.search(sql):
         sql = _hash_code_calls(sql)
     return sql
+
+
+_PINNED_SEARCH_PATH = re.compile(r"(-c\s*search_path=)pg_catalog\b")
+
+
+def standin_search_path(startup: bytes) -> bytes:
+    """The client's StartupMessage with ``yb_standin`` put first in a ``search_path`` its
+    ``options`` pin to ``pg_catalog`` (the product's sessions: ``-c search_path=pg_catalog,pg_temp``):
+    on YugabyteDB the shims' originals live in ``pg_catalog``, so the stand-in's ``pg_catalog`` is
+    ``yb_standin`` followed by the real one."""
+    parts = startup[8:].split(b"\0")
+    pairs = [(parts[i].decode(), parts[i + 1].decode()) for i in range(0, len(parts) - 1, 2) if parts[i]]
+    options = dict(pairs).get("options", "")
+    if not _PINNED_SEARCH_PATH.search(options):
+        return startup
+    rewritten = _PINNED_SEARCH_PATH.sub(r"\1yb_standin,pg_catalog", options)
+    fields = [(key, rewritten if key == "options" else value) for key, value in pairs]
+    body = startup[4:8] + b"".join(f"{key}\0{value}\0".encode() for key, value in fields) + b"\0"
+    return struct.pack("!I", len(body) + 4) + body
 
 
 def _rows(columns: list[str], rows: list[list[bytes | None]], tag: str) -> bytes:
@@ -135,6 +165,7 @@ class _Session:
         self.server = connect_pair(client, proxy.upstream_host, proxy.upstream_port)
         self.client_lock = threading.Lock()
         self.replication = False
+        self.user = ""
 
     def send_client(self, data: bytes) -> None:
         with self.client_lock:
@@ -150,7 +181,8 @@ class _Session:
 
     def _client_to_server(self) -> None:
         try:
-            startup = read_startup(self.client, self.send_client)
+            startup = standin_search_path(read_startup(self.client, self.send_client))
+            self.user = startup_parameters(startup).get("user", "")
             self.replication = startup_parameters(startup).get("replication", "").lower() in (
                 "database",
                 "true",
@@ -164,11 +196,13 @@ class _Session:
                     text = body.rstrip(b"\0").decode()
                     if self.replication and self._replication_command(text):
                         continue
-                    body = rewrite_sql(text, self.standin.snapshot_for).encode() + b"\0"
+                    body = rewrite_sql(text, self.standin.snapshot_for, self._refuse_call).encode() + b"\0"
                 elif kind == b"P":
                     name_end = body.index(b"\0")
                     query_end = body.index(b"\0", name_end + 1)
-                    text = rewrite_sql(body[name_end + 1 : query_end].decode(), self.standin.snapshot_for)
+                    text = rewrite_sql(
+                        body[name_end + 1 : query_end].decode(), self.standin.snapshot_for, self._refuse_call
+                    )
                     body = body[: name_end + 1] + text.encode() + b"\0" + body[query_end + 1 :]
                 self.server.sendall(message(kind, body))
                 if kind == b"X":
@@ -177,6 +211,9 @@ class _Session:
             return
         except Exception:
             log.exception("yb stand-in proxy session failed")
+
+    def _refuse_call(self, schema: str | None, name: str) -> tuple[str, str] | None:
+        return self.standin.read_time_call_refusal(self.user, schema, name)
 
     def _server_to_client(self) -> None:
         try:

@@ -148,6 +148,44 @@ class StandInService:
                     return snapshot
         return None
 
+    def read_time_call_refusal(self, user: str, schema: str | None, name: str) -> tuple[str, str] | None:
+        """``(sqlstate, message)`` when ``user`` may not ``CALL [schema.]name('<ht> ht')``, the
+        non-superuser read-time route (docs/yugabytedb.md), as PostgreSQL and YB refuse it: the schema
+        missing or without USAGE, no such procedure (one text argument), no EXECUTE on it, or a body
+        that would run as a role that may not set ``yb_read_time`` (a superuser-only setting: the
+        procedure must be SECURITY DEFINER and owned by a superuser). The proxy answers the call with
+        the snapshot instead of running the body, so this is what the privileges decide. A superuser's
+        call is rewritten whether or not the procedure exists (as before: the stand-in's own tests)."""
+        superuser = self._admin_execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (user,))
+        if not superuser or superuser[0][0]:
+            return None
+        wanted = [schema] if schema else ["pg_catalog"]  # capture sessions: search_path pg_catalog, pg_temp
+        schemas = self._admin_execute(
+            "SELECT n.nspname, has_schema_privilege(%s, n.oid, 'USAGE') FROM unnest(%s::text[]) WITH ORDINALITY "
+            "AS s(name, ord) JOIN pg_namespace n ON n.nspname = s.name ORDER BY s.ord",
+            (user, wanted),
+        )
+        if schema is not None and not schemas:
+            return "3F000", f'schema "{schema}" does not exist'
+        if schema is not None and not schemas[0][1]:
+            return "42501", f"permission denied for schema {schema}"
+        usable = [n for n, usage in schemas if usage]
+        found = self._admin_execute(
+            "SELECT has_function_privilege(%s, p.oid, 'EXECUTE'), p.prosecdef, o.rolsuper "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_roles o ON o.oid = p.proowner "
+            "WHERE p.prokind = 'p' AND p.proname = %s AND n.nspname = ANY(%s) AND p.pronargs = 1 "
+            "AND p.proargtypes[0] = 'text'::regtype ORDER BY array_position(%s, n.nspname::text) LIMIT 1",
+            (user, name, usable, usable),
+        )
+        if not found:
+            return "42883", f"procedure {schema + '.' if schema else ''}{name}(unknown) does not exist"
+        may_execute, security_definer, owner_is_superuser = found[0]
+        if not may_execute:
+            return "42501", f"permission denied for procedure {name}"
+        if not (security_definer and owner_is_superuser):
+            return "42501", 'permission denied to set parameter "yb_read_time"'
+        return None
+
     def _register(self, name, plugin, lsn_type, ht, boundary) -> None:
         self._call(
             "SELECT yb_standin.register_slot(%s, %s, %s, %s, %s::pg_lsn)",

@@ -144,6 +144,7 @@ class YugabyteStandIn:
             dbname=self.database,
             user=user or self.cluster.superuser,
             password=password if password is not None else self.cluster.password,
+            options=(("sslmode", "disable"),),  # the stand-in refuses TLS
         )
 
     def real_conninfo(self) -> str:

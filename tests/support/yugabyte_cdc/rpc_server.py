@@ -5,12 +5,21 @@ checks the ``"YB\\x01"`` header and cuts frames; ``parse_request`` reads the hea
 responses go out through ``encode_response`` / ``encode_error_response``. Calls on one
 connection are answered in order. An idle connection gets an empty frame (a heartbeat) every
 ``heartbeat_interval`` seconds, as YB servers send them (``yb_rpc.cc``); clients skip them.
+
+TLS, when the server has a context (``tls``), as YB's ``SecureRefiner::ProcessHeader``
+(``src/yb/rpc/secure_stream.cc``) decides it: the first two bytes a client sends are looked at;
+``0x16 0x03`` (a TLS handshake record) starts TLS, with the ``YB\\x01`` header and every frame
+inside the session; anything else is a plaintext connection, served only while
+``allow_insecure_connections`` (YB's default: true) and dropped otherwise. Without a context the
+server is plaintext only: a TLS handshake is read as a bad connection header and dropped, as a YB
+server without TLS does.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -40,10 +49,21 @@ Dispatch = Callable[[str, str, bytes], Message]
 class RpcServer:
     """Listens on 127.0.0.1:<port> and answers every call through ``dispatch``."""
 
-    def __init__(self, name: str, dispatch: Dispatch, *, heartbeat_interval: float = 1.0, port: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        dispatch: Dispatch,
+        *,
+        heartbeat_interval: float = 1.0,
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        allow_insecure_connections: bool = True,
+    ) -> None:
         self.name = name
         self.dispatch = dispatch
         self.heartbeat_interval = heartbeat_interval
+        self.tls = tls
+        self.allow_insecure_connections = allow_insecure_connections
         self._listener = socket.create_server(("127.0.0.1", port))
         self.host, self.port = self._listener.getsockname()[:2]
         self._stop = threading.Event()
@@ -81,10 +101,38 @@ class RpcServer:
                 self._connections.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True, name=f"yb-cdc-{self.name}-conn").start()
 
+    def _secure(self, conn: socket.socket) -> socket.socket | None:
+        """The connection to serve: TLS if the client starts a handshake (and the server has
+        TLS), the plain one if the client speaks plaintext and that is allowed, else None."""
+        if self.tls is None:
+            return conn
+        conn.settimeout(5.0)
+        first = b""
+        while len(first) < 2:  # ProcessHeader waits for two bytes
+            first = conn.recv(2, socket.MSG_PEEK)
+            if not first:
+                return None
+            if len(first) < 2:
+                self._stop.wait(0.01)
+        if first == b"\x16\x03":
+            secure = self.tls.wrap_socket(conn, server_side=True)  # the handshake, on this thread
+            with self._lock:
+                self._connections.discard(conn)
+                self._connections.add(secure)
+            return secure
+        if not self.allow_insecure_connections:
+            log.info("%s: dropping an insecure connection (header %s)", self.name, first.hex())
+            return None
+        return conn
+
     def _serve(self, conn: socket.socket) -> None:
         decoder = framing.FrameDecoder(expect_connection_header=True)
-        conn.settimeout(self.heartbeat_interval)
         try:
+            secure = self._secure(conn)
+            if secure is None:
+                return
+            conn = secure
+            conn.settimeout(self.heartbeat_interval)
             while not self._stop.is_set():
                 try:
                     data = conn.recv(128 * 1024)

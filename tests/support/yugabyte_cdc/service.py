@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import ssl
 import sys
 import time
 import traceback
@@ -43,11 +44,20 @@ log = logging.getLogger(__name__)
 
 
 class CdcStandInService:
-    def __init__(self, pg, database: str, settings: Settings, rpc_heartbeat_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        pg,
+        database: str,
+        settings: Settings,
+        rpc_heartbeat_interval: float = 1.0,
+        rpc_tls: dict | None = None,
+    ) -> None:
         self.pg = pg
         self.database = database
         self.settings = settings
         self.rpc_heartbeat_interval = rpc_heartbeat_interval
+        # {"cert_file", "key_file", "allow_insecure_connections"}: the servers' TLS (rpc_server.py)
+        self.rpc_tls = rpc_tls
         self.journal_slot = "ybcj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self.conninfo = real_conninfo(pg, database)
         self.cluster: Cluster | None = None
@@ -98,7 +108,18 @@ class CdcStandInService:
                 )
             return handle(number, method, body)
 
-        server = RpcServer(name, dispatch, heartbeat_interval=self.rpc_heartbeat_interval).start()
+        tls, allow_insecure = None, True
+        if self.rpc_tls:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(self.rpc_tls["cert_file"], self.rpc_tls["key_file"])
+            allow_insecure = bool(self.rpc_tls.get("allow_insecure_connections", True))
+        server = RpcServer(
+            name,
+            dispatch,
+            heartbeat_interval=self.rpc_heartbeat_interval,
+            tls=tls,
+            allow_insecure_connections=allow_insecure,
+        ).start()
         self._servers.append(server)
         return server.host, server.port
 
@@ -347,6 +368,7 @@ def main() -> None:
         config["database"],
         Settings(**config["settings"]),
         config.get("rpc_heartbeat_interval", 1.0),
+        config.get("rpc_tls"),
     )
     try:
         service.start()

@@ -42,6 +42,9 @@ class YugabyteCdcStandIn:
         self.cluster = cluster
         self.database = database
         heartbeat = settings.pop("rpc_heartbeat_interval", 1.0)
+        # TLS on the RPC ports: {"cert_file", "key_file", "allow_insecure_connections"} (YB's
+        # default lets plaintext clients in too); None: plaintext only, as a YB cluster without TLS.
+        self.rpc_tls: dict | None = settings.pop("rpc_tls", None)
         self.settings = Settings(**settings)
         self.rpc_heartbeat_interval = heartbeat
         self._process: subprocess.Popen | None = None
@@ -65,6 +68,7 @@ class YugabyteCdcStandIn:
             "database": self.database,
             "settings": asdict(self.settings),
             "rpc_heartbeat_interval": self.rpc_heartbeat_interval,
+            "rpc_tls": self.rpc_tls,
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
         self._process = subprocess.Popen(
@@ -219,9 +223,13 @@ def standin_for(request, cluster: PostgresCluster, **settings: Any):
         standin.stop()
 
 
-def airflow_connection(standin: YugabyteCdcStandIn) -> str:
+def airflow_connection(standin: YugabyteCdcStandIn, **extra: Any) -> str:
     """The stand-in as an Airflow ``yugabytedb_cdc`` connection (JSON for ``AIRFLOW_CONN_<ID>``):
-    its YSQL side is the PostgreSQL database, its extra names the stand-in's masters."""
+    its YSQL side is the PostgreSQL database, its extra names the stand-in's masters. The RPC
+    ports are plaintext, so the connection says so explicitly (``rpc_sslmode: disable``: the
+    product's default is TLS); ``extra`` overrides or adds extras (None removes one)."""
+    extras = {"sslmode": "disable", "master_addresses": standin.master_addresses_flag, "rpc_sslmode": "disable"}
+    extras.update(extra)
     return json.dumps(
         {
             "conn_type": "yugabytedb_cdc",
@@ -230,6 +238,6 @@ def airflow_connection(standin: YugabyteCdcStandIn) -> str:
             "schema": standin.database,
             "login": standin.cluster.superuser,
             "password": standin.cluster.password,
-            "extra": {"sslmode": "disable", "master_addresses": standin.master_addresses_flag},
+            "extra": {k: v for k, v in extras.items() if v is not None},
         }
     )

@@ -20,7 +20,7 @@ def start_streaming(yb: YugabyteCdcStandIn, stream: str, table: str) -> TabletCh
     (``SetCDCCheckpoint(bootstrap)``, then ``GetCheckpoint``), as a stream window's start."""
     tablets: dict[str, TabletState] = {}
     for tablet in yb.tablets(table):
-        with RpcConnection(*yb.tserver_addresses[tablet["leader"]], connect_timeout=5) as connection:
+        with RpcConnection(*yb.tserver_addresses[tablet["leader"]], connect_timeout=5, tls=None) as connection:
             stream_id, tablet_id = stream.encode(), tablet["tablet_id"].encode()
             connection.invoke(
                 methods.SET_CDC_CHECKPOINT,

@@ -23,6 +23,10 @@ from airflow_provider_cdc.cdc.errors import (
     UnknownTableError,
 )
 from airflow_provider_cdc.cdc.incremental import signal_columns_problem
+from airflow_provider_cdc.cdc.sources.postgres.attached_code import (
+    signal_table_write_problems,
+    unsafe_signal_table_message,
+)
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.postgres.tables import (
     REPLICA_IDENTITY_NAMES,
@@ -290,6 +294,47 @@ def check_tables(conn, tables: Iterable[TableInfo]) -> list[str]:
         ).fetchall()
         for (name,) in denied:
             problems.append(f"the capture role cannot SELECT from {name}: GRANT SELECT ON {name} TO {role}")
+        problems += row_security_problems(conn, tables)
+    return problems
+
+
+#: Captured tables whose row level security applies to the capture role: not a superuser, no
+#: BYPASSRLS, and not (a member of) the table's owner, or the owner under FORCE ROW LEVEL SECURITY.
+_ROW_SECURITY_SQL = """
+SELECT w.name, c.relforcerowsecurity AND pg_has_role(c.relowner, 'USAGE'),
+       array(SELECT p.polname::text FROM pg_policy p WHERE p.polrelid = c.oid ORDER BY 1)
+FROM unnest(%s::oid[], %s::text[]) AS w(o, name)
+JOIN pg_class c ON c.oid = w.o
+WHERE c.relrowsecurity
+  AND NOT (SELECT r.rolsuper OR r.rolbypassrls FROM pg_roles r WHERE r.rolname = current_user)
+  AND (c.relforcerowsecurity OR NOT pg_has_role(c.relowner, 'USAGE'))
+"""
+
+
+def row_security_problems(conn, tables: Sequence[TableInfo]) -> list[str]:
+    """Captured tables that row level security policies apply to, for the capture role: its sessions
+    run with ``row_security = off``, so reading them fails (rather than running a policy's expression
+    as the capture role, and leaving out the rows it hides)."""
+    if not tables:
+        return []
+    role = sql_ident(conn.execute("SELECT current_user").fetchone()[0])
+    problems = []
+    for name, forced_owner, policies in conn.execute(
+        _ROW_SECURITY_SQL, ([t.oid for t in tables], [str(t.ref) for t in tables])
+    ).fetchall():
+        named = f" (policies {', '.join(sql_ident(p) for p in policies)})" if policies else " (no policy: no row shown)"
+        fix = (
+            f"ALTER TABLE {name} NO FORCE ROW LEVEL SECURITY (the capture role owns it)"
+            if forced_owner
+            else f"have a superuser run ALTER ROLE {role} BYPASSRLS, or the table's owner "
+            f"ALTER TABLE {name} DISABLE ROW LEVEL SECURITY"
+        )
+        problems.append(
+            f"{name} has row level security enabled{named}, and it applies to the capture role: a policy would "
+            "leave rows out of the snapshot and run its expression as the capture role, so the capture refuses to "
+            f"read the table (its sessions run with row_security = off). The capture reads every row of a captured "
+            f"table (logical decoding does anyway): {fix}"
+        )
     return problems
 
 
@@ -309,6 +354,10 @@ def check_signal_table(conn, table: TableInfo, watermarks: str) -> list[str]:
                 f"the capture role cannot {privilege} on signal table {table.ref}: "
                 f"GRANT {privilege} ON {table.ref} TO {role}"
             )
+    if watermarks != "message":  # the capture writes watermark rows: nothing may run as it there
+        code = signal_table_write_problems(conn, table.ref)
+        if code:
+            problems.append(unsafe_signal_table_message(table.ref, watermarks, code))
     return problems
 
 
@@ -461,8 +510,14 @@ def run_heartbeat(conn, query: str) -> None:
     except psycopg.OperationalError:
         raise
     except psycopg.Error as exc:
+        hint = (
+            " (the capture's sessions run with search_path = pg_catalog, pg_temp: name tables and your own "
+            "functions with their schema, e.g. public.heartbeat)"
+            if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedFunction)
+            else ""
+        )
         raise CdcConfigurationError(
-            f"heartbeat_action_query failed: {first_line(exc)}. Fix the query (it runs as the capture's "
+            f"heartbeat_action_query failed: {first_line(exc)}{hint}. Fix the query (it runs as the capture's "
             "role in the captured database before each window) or remove it."
         ) from None
 

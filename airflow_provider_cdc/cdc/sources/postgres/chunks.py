@@ -29,6 +29,11 @@ from airflow_provider_cdc.cdc.chunks import (
 from airflow_provider_cdc.cdc.chunks import ChunkKeyWatch as _ChunkKeyWatch
 from airflow_provider_cdc.cdc.envelope import EventLayout
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.row_filter import render
+from airflow_provider_cdc.cdc.sources.postgres.attached_code import (
+    signal_table_write_problems,
+    unsafe_signal_table_message,
+)
 from airflow_provider_cdc.cdc.sources.postgres.events import (
     SOURCE_BLOCK,
     EventContext,
@@ -42,7 +47,7 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     XidSnapshot,
 )
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
-from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns
+from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns, refusing_row_security
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, pg_identifier
 
 __all__ = [
@@ -65,7 +70,13 @@ __all__ = [
 class Watermarks:
     """How a chunk's low and high watermarks are written: ``message`` (a non-transactional
     logical decoding message, no table needed) or Debezium's signal-table rows
-    (``insert_insert``: an open and a close row; ``insert_delete``: the open row is deleted)."""
+    (``insert_insert``: an open and a close row; ``insert_delete``: the open row is deleted).
+
+    The signal table is usually another role's, who could attach code to it that runs as the
+    capture role when the capture writes (a trigger, a rule, a default calling its function; see
+    :mod:`.attached_code`). Each row is written in a transaction that first locks the table
+    ``ROW EXCLUSIVE`` (so none can be attached until it ends) and checks that none is: otherwise
+    nothing is written, and the table's incremental snapshot fails naming the fix."""
 
     mode: str = "message"
     signal_table: TableRef | None = None
@@ -84,26 +95,43 @@ class Watermarks:
         else:
             from psycopg import sql
 
-            assert self.signal_table is not None
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE id = {}").format(
-                    pg_identifier(self.signal_table), sql.Literal(f"{chunk_id}-open")
-                )
+            table = self._table()
+            self._write(
+                conn,
+                sql.SQL("DELETE FROM {} WHERE id = {}").format(pg_identifier(table), sql.Literal(f"{chunk_id}-open")),
             )
         return _insert_lsn(conn)
+
+    def _table(self) -> TableRef:
+        if self.signal_table is None:
+            raise CdcConfigurationError(f"incremental_watermarks={self.mode!r} needs a signal_table")
+        return self.signal_table
 
     def _insert(self, conn: Any, row_id: str, kind: str, chunk_id: str) -> None:
         import json
 
         from psycopg import sql
 
-        if self.signal_table is None:
-            raise CdcConfigurationError(f"incremental_watermarks={self.mode!r} needs a signal_table")
+        table = self._table()
         data = json.dumps({"chunk": chunk_id, "windowTimestamp": int(time.time() * 1000)})
-        conn.execute(
-            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(pg_identifier(self.signal_table)),
+        self._write(
+            conn,
+            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(pg_identifier(table)),
             (row_id, kind, data),
         )
+
+    def _write(self, conn: Any, statement: Any, params: tuple | None = None) -> None:
+        """``statement`` on the signal table, once the table is locked and holds no code that would
+        run as the capture role (see the class doc)."""
+        from psycopg import sql
+
+        table = self._table()
+        with conn.transaction():
+            conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(pg_identifier(table)))
+            problems = signal_table_write_problems(conn, table)
+            if problems:
+                raise CdcConfigurationError(unsafe_signal_table_message(table, self.mode, problems))
+            conn.execute(statement, params)
 
 
 def _emit(conn: Any, prefix: str, content: str) -> int:
@@ -149,16 +177,50 @@ def _row_sql(plan: ChunkPlan):
 
 
 def _source_sql(plan: ChunkPlan):
-    """The table, or with Debezium's additional-conditions (a WHERE fragment written by the
-    signal's author) the table filtered in a subquery: whatever the fragment says, it cannot
-    reach the key bounds and ORDER BY around it. ``_check_condition`` proves it one statement."""
+    """The table, or with a filter (Debezium's additional-conditions) the table filtered in a
+    subquery, the filter written from its parsed form (:mod:`cdc.row_filter`): quoted names of the
+    table's own columns and literal values, never the filter's text."""
     from psycopg import sql
 
-    if not plan.progress.condition:
+    parsed = plan.row_filter(_fold_unquoted)
+    if parsed is None:
         return pg_identifier(plan.table.ref)
-    return sql.SQL("(SELECT * FROM {} WHERE ({})) AS {}").format(
-        pg_identifier(plan.table.ref), sql.SQL(plan.progress.condition), sql.Identifier(plan.table.ref.name)
+    node, names = parsed
+    return sql.SQL("(SELECT * FROM {} WHERE {}) AS {}").format(
+        pg_identifier(plan.table.ref), render(node, names, _PgSpeller()), sql.Identifier(plan.table.ref.name)
     )
+
+
+def _fold_unquoted(name: str) -> str:
+    """PostgreSQL lowercases unquoted names (ASCII letters only, as its scanner does)."""
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+class _PgSpeller:
+    """A filter as psycopg composables: ``Identifier`` and ``Literal``, so psycopg quotes both."""
+
+    def column(self, name: str):
+        from psycopg import sql
+
+        return sql.Identifier(name)
+
+    def value(self, value: Any):
+        from psycopg import sql
+
+        return sql.Literal(value)
+
+    def keyword(self, text: str):
+        from psycopg import sql
+
+        return sql.SQL(text)
+
+    def join(self, parts: Sequence[Any]):
+        from psycopg import sql
+
+        return sql.Composed(list(parts))
 
 
 def _not_null_sql(plan: ChunkPlan):
@@ -205,6 +267,7 @@ def read_chunk(conn: Any, plan: ChunkPlan, chunk_id: str, *, limit: int, waterma
     """One chunk between its watermarks, in a REPEATABLE READ, READ ONLY transaction whose
     snapshot is recorded (the next window drops rows changed by transactions it did not see)."""
     names = plan.column_names
+    statement = chunk_statement(plan, limit)  # a filter that does not apply fails before the watermark
     low = watermarks.open(conn, chunk_id)
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
@@ -217,7 +280,7 @@ def read_chunk(conn: Any, plan: ChunkPlan, chunk_id: str, *, limit: int, waterma
         last_key = None
         rows = 0
         with conn.cursor() as cur:
-            for columns in copy_text_columns(cur, chunk_statement(plan, limit), len(names)):
+            for columns in copy_text_columns(cur, statement, len(names)):
                 after.append(plan.encoder.layout.value_struct(plan.encoder.typed(columns), None))
                 last_key = tuple(columns[i][-1].as_py() for i in positions)
                 rows += len(columns[0])
@@ -231,31 +294,17 @@ def read_chunk(conn: Any, plan: ChunkPlan, chunk_id: str, *, limit: int, waterma
 
 
 def read_max_key(conn: Any, plan: ChunkPlan) -> tuple[str, ...] | None:
+    statement = max_key_statement(plan)  # a filter that does not apply fails here, before the transaction
     conn.execute("BEGIN READ ONLY")
     try:
-        _check_condition(conn, plan)
-        row = conn.execute(max_key_statement(plan)).fetchone()
+        with refusing_row_security(conn):
+            row = conn.execute(statement).fetchone()
         conn.execute("COMMIT")
     except BaseException:
         if not conn.closed:
             conn.execute("ROLLBACK")
         raise
     return None if row is None else tuple(row)
-
-
-def _check_condition(conn: Any, plan: ChunkPlan) -> None:
-    """An additional-conditions fragment must be one expression, not more statements: the
-    extended protocol (forced by a parameter) refuses several commands in one query, and the
-    chunk reads embed the same text in the same place."""
-    if not plan.progress.condition:
-        return
-    from psycopg import sql
-
-    # A parameter forces the extended protocol; the fragment's own % signs are escaped for it.
-    statement = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT %s").format(
-        pg_identifier(plan.table.ref), sql.SQL(plan.progress.condition.replace("%", "%%"))
-    )
-    conn.execute(statement, (0,))
 
 
 # -- emitting ----------------------------------------------------------------------------------

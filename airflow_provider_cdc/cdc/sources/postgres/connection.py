@@ -3,6 +3,36 @@
 The Airflow hook builds a :class:`PgConnectionInfo` from an Airflow connection; the engine
 only ever sees this value. Its password is excluded from ``repr``, equality and serialisation:
 a job spec written to disk for ``spark-submit`` names an environment variable instead.
+
+Connections use verified TLS unless the connection asks for less (see :mod:`.tls`): the sslmode
+the Airflow side settled on travels in the job spec as :attr:`PgConnectionInfo.resolved_sslmode`.
+
+**Whoever edits the Airflow connection chooses only what** :data:`ALLOWED_OPTIONS` **lists.** An
+editor is trusted with where the capture connects and as whom, not with what runs in the worker
+or in the capture's sessions. So the allowlist leaves out every libpq parameter that loads code,
+reads a file that changes who connects or what the session runs, or weakens what the product
+pins: ``options`` (server settings for the session: ``-c search_path=...`` would undo the pinned
+search_path below, ``-c row_security=on`` the refusal of policies), ``service``/``servicefile``
+(a file of more parameters, any of them), ``passfile`` and ``sslpassword`` (credentials from a file
+or for a key the editor names), ``gssencmode``, ``gsslib``, ``krbsrvname``, ``gssdelegation``
+(Kerberos: another identity, delegated credentials), ``require_auth``, ``channel_binding``,
+``sslcertmode``, ``sslcrldir``, ``sslcompression``, ``ssl_min_protocol_version``/``max``,
+``sslsni``, ``sslnegotiation`` (the handshake and its checks are the product's), ``requirepeer``,
+``hostaddr``, ``load_balance_hosts``, ``replication``, ``client_encoding`` and the OAuth
+parameters. Of those it lists, ``sslkey`` is checked: libpq reads ``engine:key`` there and has
+OpenSSL load the engine, a shared library named by the editor, into the worker, so a ``:`` is
+refused. ``sslcert``, ``sslkey``, ``sslrootcert`` and ``sslcrl`` name files on the workers that
+libpq reads as a certificate, key, CA or CRL and nothing else. libpq's environment (``PGSSLKEY``,
+``PGSERVICEFILE``, ``PGOPTIONS`` ...) is the deployment's: only explicit parameters override it, and
+the product sets ``options`` itself.
+
+**Every capture session runs with** :data:`SECURITY_SETTINGS`, sent at connection start (so no
+``ALTER DATABASE``/``ALTER ROLE ... SET`` by a database's owner overrides them):
+``search_path = pg_catalog, pg_temp``, so no function, operator or type the capture's SQL names
+unqualified resolves to another role's object (tables are always schema-qualified), and
+``row_security = off``, so a read that a row level security policy would filter fails with an
+error instead of running the policy's expression as the capture role and silently dropping rows
+(superusers, roles with ``BYPASSRLS`` and table owners are not subject to policies).
 """
 
 from __future__ import annotations
@@ -12,6 +42,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.types import SESSION_SETTINGS
 
 #: libpq parameters a capture connection may carry besides host/port/dbname/user/password.
@@ -30,6 +61,9 @@ ALLOWED_OPTIONS = (
     "keepalives_count",
 )
 
+#: Settings that keep other roles' code out of every capture session (see the module docstring).
+SECURITY_SETTINGS: dict[str, str] = {"search_path": "pg_catalog, pg_temp", "row_security": "off"}
+
 #: Environment variable the job reads the password from when it runs out of process.
 DEFAULT_PASSWORD_ENV = "AIRFLOW_CDC_SOURCE_PASSWORD"
 
@@ -43,6 +77,10 @@ class PgConnectionInfo:
     password: str | None = field(default=None, repr=False, compare=False)
     options: tuple[tuple[str, str], ...] = ()
     password_env: str = DEFAULT_PASSWORD_ENV
+    # The sslmode the Airflow side settled on (and logged about) for this connection: its own, or
+    # the default's outcome (verify-full; disable where the server offers no TLS). Set, the job
+    # connects with it and neither probes nor logs again. Not a secret: it is in the job spec.
+    resolved_sslmode: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted({key for key, _ in self.options} - set(ALLOWED_OPTIONS))
@@ -50,6 +88,10 @@ class PgConnectionInfo:
             raise CdcConfigurationError(
                 f"unsupported connection option(s) {unknown}; allowed: {', '.join(ALLOWED_OPTIONS)}"
             )
+        for mode in (dict(self.options).get("sslmode"), self.resolved_sslmode):
+            if mode:
+                tls.check_sslmode(mode)
+        check_sslkey(dict(self.options).get("sslkey"))
         if not self.dbname:
             raise CdcConfigurationError("the PostgreSQL connection names no database")
 
@@ -62,9 +104,11 @@ class PgConnectionInfo:
             "port": self.port,
             "dbname": self.dbname,
             "user": self.user,
-            "options": session_options(),
             "application_name": "airflow-provider-cdc",
             **dict(self.options),
+            # After the extras: the session's settings and TLS are the product's, never an extra's.
+            "options": session_options(),
+            **tls.tls_params(self),
         }
         if self.password is not None:
             params["password"] = self.password
@@ -93,6 +137,7 @@ class PgConnectionInfo:
             user=data["user"],
             options=tuple((str(k), str(v)) for k, v in data.get("options", ())),
             password_env=data.get("password_env", DEFAULT_PASSWORD_ENV),
+            resolved_sslmode=data.get("resolved_sslmode"),
         )
 
     def with_password_from_env(self) -> PgConnectionInfo:
@@ -102,23 +147,64 @@ class PgConnectionInfo:
 
 
 def session_options() -> str:
-    return " ".join(f"-c {key}={value.replace(' ', '')}" for key, value in SESSION_SETTINGS.items())
+    """libpq's ``options``: the capture's value formats and :data:`SECURITY_SETTINGS`."""
+    settings = {**SESSION_SETTINGS, **SECURITY_SETTINGS}
+    return " ".join(f"-c {key}={value.replace(' ', '')}" for key, value in settings.items())
+
+
+def check_sslkey(sslkey: str | None) -> None:
+    """Refuse libpq's ``engine:key`` form of ``sslkey``: OpenSSL would load the engine (any shared
+    library the connection's editor names) into the worker to get the key."""
+    if sslkey and ":" in sslkey:
+        raise CdcConfigurationError(
+            f"the connection's sslkey {sslkey!r} contains ':', which libpq reads as an OpenSSL engine and a key "
+            "in it ('engine:key'): the engine, a shared library, would be loaded into the worker. Name the client "
+            "key's file (PEM) on the workers, by a path without ':'"
+        )
+
+
+def row_security_refusal(exc: BaseException, user: str) -> CdcConfigurationError | None:
+    """The error to raise for a read the server refused because a row level security policy
+    applies to the capture role (the sessions run with ``row_security = off``), else None."""
+    message = first_line(exc)
+    if "would be affected by row-level security policy" not in message:
+        return None
+    role = '"' + user.replace('"', '""') + '"'
+    return CdcConfigurationError(
+        f"{message}: row level security applies to the capture role {user!r}, and its sessions run with "
+        "row_security = off, so the table is not read through its policies (they would drop rows from the capture "
+        "without a trace, and run their expressions as the capture role, which holds REPLICATION). The capture "
+        "reads every row of a captured table (logical decoding does anyway): have a superuser run ALTER ROLE "
+        f"{role} BYPASSRLS, or the table's owner ALTER TABLE ... DISABLE ROW LEVEL SECURITY (and NO FORCE ROW "
+        "LEVEL SECURITY where the capture role owns it)"
+    )
 
 
 def connect(info: PgConnectionInfo, *, autocommit: bool = True):  # -> psycopg.Connection
-    """A regular (non-replication) psycopg connection with the capture's session settings."""
+    """A regular (non-replication) psycopg connection with the capture's session settings, over
+    verified TLS unless the connection asks for less (see :mod:`.tls`)."""
     import psycopg
 
     from airflow_provider_cdc.cdc.errors import CdcTransientError
 
     try:
-        return psycopg.connect(info.conninfo(), autocommit=autocommit)
+        return tls.open_connection(
+            info,
+            lambda attempt: psycopg.connect(attempt.conninfo(), autocommit=autocommit),
+            lambda conn: bool(conn.pgconn.ssl_in_use),
+        )
     except psycopg.OperationalError as exc:
         message = first_line(exc)
         if "permission denied for database" in message:
             quoted = ['"' + name.replace('"', '""') + '"' for name in (info.dbname, info.user)]
             message += f". Run: GRANT CONNECT ON DATABASE {quoted[0]} TO {quoted[1]}"
         raise CdcTransientError(f"cannot connect to PostgreSQL at {info.describe()}: {message}") from None
+
+
+def resolve_tls(info: PgConnectionInfo) -> PgConnectionInfo:
+    """``info`` with the sslmode this process settled on for it (connecting once if it has not
+    yet): what a job spec carries, so Spark's partitions connect alike without probing."""
+    return tls.resolve(info, connect)
 
 
 def first_line(exc: BaseException) -> str:

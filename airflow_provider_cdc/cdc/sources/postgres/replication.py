@@ -29,6 +29,7 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     WalLostError,
 )
+from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.decoder import PG_EPOCH_OFFSET_US
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
@@ -72,14 +73,7 @@ class ReplicationConnection:
 
         self._pq = pq
         self._info = info
-        self._conn = pq.PGconn.connect(info.conninfo(replication=True).encode())
-        if self._conn.status != pq.ConnStatus.OK:
-            message = _error_text(self._conn.error_message)
-            self._conn.finish()
-            raise CdcTransientError(
-                f"cannot open a replication connection to {info.describe()}: {message}. "
-                "The role needs the REPLICATION attribute and pg_hba.conf must allow it."
-            )
+        self._conn = tls.open_connection(info, _open_replication, lambda conn: bool(conn.ssl_in_use))
         self._lock = threading.Lock()
         self._streaming = False
         self._keeper: threading.Thread | None = None
@@ -264,6 +258,22 @@ def _classify_start_error(slot: str, message: str, sqlstate: bytes | None) -> Cd
     if "can no longer get changes" in message or "has been invalidated" in message or "removed" in message:
         return WalLostError(f"replication slot {slot!r} cannot stream: {message}")
     return CdcTransientError(f"START_REPLICATION on slot {slot!r} failed: {message}")
+
+
+def _open_replication(info: PgConnectionInfo):  # -> psycopg.pq.PGconn
+    """A ``replication=database`` libpq connection with ``info`` (as :func:`tls.open_connection`
+    attempts it)."""
+    from psycopg import pq
+
+    conn = pq.PGconn.connect(info.conninfo(replication=True).encode())
+    if conn.status != pq.ConnStatus.OK:
+        message = _error_text(conn.error_message)
+        conn.finish()
+        raise CdcTransientError(
+            f"cannot open a replication connection to {info.describe()}: {message}. "
+            "The role needs the REPLICATION attribute and pg_hba.conf must allow it."
+        )
+    return conn
 
 
 def _error_text(raw: bytes | None) -> str:

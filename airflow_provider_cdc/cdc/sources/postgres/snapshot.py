@@ -16,6 +16,11 @@ Partitions run as Spark tasks, in whole waves of the session's parallelism
 
 :func:`copy_text_columns` reads a CSV ``COPY`` into text columns, for the readers that select
 with SQL of their own (incremental chunks, query-based extraction).
+
+Every read runs as the capture role with ``row_security = off`` (:mod:`.connection`): a table
+whose row level security policies apply to that role is refused with an error naming the fix
+(:func:`refusing_row_security`), never read through the policies (their expressions would run as
+the capture role, and the rows they hide would be missing from the capture without a trace).
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect, row_security_refusal
 from airflow_provider_cdc.cdc.sources.postgres.copy_binary import read_copy_chunks
 from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
@@ -142,10 +148,8 @@ def read_partition(
     """``op = r`` event batches for one partition, read inside the snapshot: the exported one
     (:func:`import_snapshot`), or whatever ``enter_snapshot(conn, point)`` begins (YugabyteDB
     reads at a hybrid time instead)."""
-    import psycopg
-
     encoder = TableEncoder(table, table.columns, settings)
-    with psycopg.connect(info.conninfo(), autocommit=True) as conn:
+    with connect(info) as conn:
         if enter_snapshot is None:
             import_snapshot(conn, point.snapshot_name)
         else:
@@ -154,16 +158,32 @@ def read_partition(
         events = SnapshotBatches(
             encoder, context=context, snapshot_lsn=point.lsn, snapshot_xmin=point.xmin, snapshot_ts_ms=point.ts_ms
         )
-        for chunk in read_copy_chunks(conn, plan.statement(encoder, block_range), len(encoder.columns)):
-            yield events.batch(plan.values(chunk, encoder))
+        with refusing_row_security(conn):
+            for chunk in read_copy_chunks(conn, plan.statement(encoder, block_range), len(encoder.columns)):
+                yield events.batch(plan.values(chunk, encoder))
     # Leaving the connection block closes the session, ending its read-only transaction.
+
+
+@contextmanager
+def refusing_row_security(conn: Any) -> Iterator[None]:
+    """Turn the server's refusal to read a table whose row level security applies to the capture
+    role (``row_security = off``) into a configuration error that names the fix."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        error = row_security_refusal(exc, conn.info.user)
+        if error is None:
+            raise
+        raise error from None
 
 
 def copy_text_columns(cursor: Any, statement: Any, width: int) -> Iterator[list[pa.Array]]:
     """Run ``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` and yield the rows as text columns
     (one string array per selected column, nulls as nulls), in Arrow batches of ~4 MiB."""
     names = [f"c{i}" for i in range(width)]
-    with cursor.copy(statement) as copy:
+    with refusing_row_security(cursor.connection), cursor.copy(statement) as copy:
         stream = io.BufferedReader(_CopyReader(copy), buffer_size=CSV_BLOCK_BYTES)
         if not stream.peek(1):  # no rows (Arrow refuses empty CSV input)
             return

@@ -32,6 +32,7 @@ from airflow_provider_cdc.cdc.envelope import EventLayout
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, read_event_ts_ms
 from airflow_provider_cdc.cdc.incremental import StagedChunk
+from airflow_provider_cdc.cdc.row_filter import render
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import SOURCE_BLOCK, source_block
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
@@ -74,45 +75,38 @@ class SignalTable:
         return self.ref.quoted(SQLSERVER_NAMES)
 
 
-def _source_sql(plan: ChunkPlan) -> str:
-    """The table, or with Debezium's additional-conditions (a WHERE fragment written by the
-    signal's author) the table filtered in a derived table, so the fragment cannot reach the key
-    bounds and ORDER BY around it (:func:`check_condition` keeps it one expression)."""
+def _source_sql(plan: ChunkPlan) -> tuple[str, list[Any]]:
+    """The table, or with a filter (Debezium's additional-conditions) the table filtered in a
+    derived table, the filter written from its parsed form (:mod:`cdc.row_filter`): bracketed names
+    of the table's own columns, and its values as parameters, never the filter's text."""
     table = f"{plan.ref.quoted(SQLSERVER_NAMES)} WITH (READCOMMITTEDLOCK)"
-    if not plan.progress.condition:
-        return table
-    check_condition(plan.progress.condition)
-    return f"(SELECT * FROM {table} WHERE ({plan.progress.condition})) AS {quote(plan.ref.name)}"
+    parsed = plan.row_filter(None)  # bare names match as the usual case-insensitive collations do
+    if parsed is None:
+        return table, []
+    node, names = parsed
+    speller = _TsqlSpeller()
+    condition = render(node, names, speller)
+    return f"(SELECT * FROM {table} WHERE {condition}) AS {quote(plan.ref.name)}", speller.params
 
 
-def check_condition(fragment: str) -> None:
-    """A T-SQL batch may hold several statements, with or without semicolons: a condition must
-    stay one expression inside its parentheses. Outside string literals and bracketed names it may
-    not close more parentheses than it opens, hold a semicolon or a comment, or end inside a
-    literal or a name."""
-    depth, i, n = 0, 0, len(fragment)
-    while i < n:
-        ch = fragment[i]
-        if ch in "'[\"":
-            end = {"'": "'", "[": "]", '"': '"'}[ch]
-            i += 1
-            while i < n and not (fragment[i] == end and fragment[i + 1 : i + 2] != end):
-                i += 2 if fragment[i] == end else 1
-            if i >= n:
-                raise CdcConfigurationError(f"additional condition {fragment!r} ends inside a literal or a name")
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise CdcConfigurationError(f"additional condition {fragment!r} closes a parenthesis it did not open")
-        elif ch == ";" or fragment.startswith(("--", "/*"), i):
-            raise CdcConfigurationError(
-                f"additional condition {fragment!r} holds a statement separator or a comment: give one expression"
-            )
-        i += 1
-    if depth:
-        raise CdcConfigurationError(f"additional condition {fragment!r} leaves a parenthesis open")
+class _TsqlSpeller:
+    """A filter as T-SQL text with ``?`` parameters (collected in order) for its values."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+
+    def column(self, name: str) -> str:
+        return quote(name)
+
+    def value(self, value: Any) -> str:
+        self.params.append(int(value) if isinstance(value, bool) else value)
+        return "?"
+
+    def keyword(self, text: str) -> str:
+        return text
+
+    def join(self, parts: Sequence[str]) -> str:
+        return "".join(parts)
 
 
 def _bound(plan: ChunkPlan, operator: str, values: Sequence[str], *, inclusive: bool) -> tuple[str, list[str]]:
@@ -145,25 +139,29 @@ def _key_select(plan: ChunkPlan) -> str:
     )
 
 
-def max_key_statement(plan: ChunkPlan) -> str:
-    return (
-        f"SELECT TOP (1) {_key_select(plan)} FROM {_source_sql(plan)} WHERE {_not_null(plan)} "
+def max_key_statement(plan: ChunkPlan) -> tuple[str, list[Any]]:
+    source, params = _source_sql(plan)
+    statement = (
+        f"SELECT TOP (1) {_key_select(plan)} FROM {source} WHERE {_not_null(plan)} "
         f"ORDER BY {_order(plan, descending=True)}"
     )
+    return statement, params
 
 
 def chunk_statement(plan: ChunkPlan, limit: int) -> tuple[str, list[str]]:
     """The chunk after the last key, up to the max key, in key order; its key texts last."""
     progress = plan.progress
     assert progress.max_key is not None
-    upper, params = _bound(plan, "<", progress.max_key, inclusive=True)
+    source, params = _source_sql(plan)  # its parameters come first, as in the text
+    upper, more = _bound(plan, "<", progress.max_key, inclusive=True)
     clauses = [upper]
+    params += more
     if progress.last_key is not None:
         lower, more = _bound(plan, ">", progress.last_key, inclusive=False)
         clauses.append(lower)
         params += more
     statement = (
-        f"SELECT TOP ({int(limit)}) {plan.encoder.select_list()}, {_key_select(plan)} FROM {_source_sql(plan)} "
+        f"SELECT TOP ({int(limit)}) {plan.encoder.select_list()}, {_key_select(plan)} FROM {source} "
         f"WHERE {' AND '.join(clauses)} ORDER BY {_order(plan)}"
     )
     return statement, params
@@ -184,7 +182,8 @@ class SqlServerChunkReader:
         return cursor
 
     def max_key(self, plan: ChunkPlan) -> tuple[str, ...] | None:
-        cursor = self._execute(max_key_statement(plan))
+        statement, params = max_key_statement(plan)
+        cursor = self._execute(statement, *params)
         try:
             row = cursor.fetchone()
         finally:

@@ -282,7 +282,23 @@ def heartbeat_table_sql(ref: TableRef) -> str:
 
 
 def ensure_heartbeat_table(conn: Any, ref: TableRef) -> None:
-    conn.execute(heartbeat_table_sql(ref))
+    """Create the heartbeat table unless it exists. An administrator may have created (and
+    published) it: the capture role then needs SELECT, INSERT and UPDATE on it and no CREATE on its
+    schema, which ``CREATE TABLE IF NOT EXISTS`` would check even for an existing table."""
+    if not table_exists(conn, ref):
+        conn.execute(heartbeat_table_sql(ref))
+
+
+def table_exists(conn: Any, ref: TableRef) -> bool:
+    """Whether ``ref`` exists, from the catalog (no privilege on its schema needed to ask)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (ref.schema, ref.name),
+        ).fetchone()
+        is not None
+    )
 
 
 def write_fence(conn: Any, ref: TableRef, capture: str, window_id: str) -> None:
@@ -304,7 +320,8 @@ def write_fence(conn: Any, ref: TableRef, capture: str, window_id: str) -> None:
     except psycopg.Error as exc:
         raise CdcConfigurationError(
             f"cannot write the window's fence row into heartbeat table {ref}: {str(exc).strip()}. Run the setup "
-            f"task (it creates the table and publishes it), or GRANT INSERT, UPDATE ON {ref} to the capture role"
+            f"task (it creates the table and publishes it), or GRANT SELECT, INSERT, UPDATE ON {ref} to the capture "
+            "role (the upsert reads its key)"
         ) from None
 
 
@@ -456,7 +473,8 @@ def take_capture_lock(conn: Any, capture: str, *, info: PgConnectionInfo, lock_t
         log.info("advisory locks are not available on this server; taking the capture lock as a row lock")
     holder = connect(info)
     try:
-        holder.execute(lock_table_sql(lock_table))
+        if not table_exists(holder, lock_table):  # made by an administrator: no CREATE on its schema needed
+            holder.execute(lock_table_sql(lock_table))
         holder.execute(
             f"INSERT INTO {pg_identifier(lock_table).as_string(None)} (capture) VALUES (%s) ON CONFLICT DO NOTHING",
             (capture,),

@@ -155,6 +155,20 @@ def bootstrap_tablets(client: YbCdcClient, tablets: Mapping[str, Sequence[str]])
     return TabletCheckpoints(states)
 
 
+def server_checkpoints(client: YbCdcClient, tablet_ids: Sequence[str]) -> dict[str, Checkpoint]:
+    """What the server keeps as each tablet's checkpoint of the stream (``GetCheckpoint``)."""
+    stored = {}
+    for tablet_id in tablet_ids:
+        op = client.tablet_call(
+            tablet_id,
+            methods.GET_CHECKPOINT,
+            pb.GetCheckpointRequestPB(stream_id=client.stream_id.encode(), tablet_id=tablet_id.encode()),
+            f"GetCheckpoint of tablet {tablet_id} (stream {client.stream_id})",
+        ).checkpoint.op_id
+        stored[tablet_id] = Checkpoint(op.term, op.index)
+    return stored
+
+
 def current_hybrid_time(conn: Any) -> int:
     """The YSQL node's clock as a hybrid time (physical microseconds << 12, logical 0)."""
     micros = conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint").fetchone()[0]
@@ -167,6 +181,7 @@ __all__ = [
     "bootstrap_tablets",
     "current_hybrid_time",
     "database_ids",
+    "server_checkpoints",
     "stream_problems",
     "stream_status",
     "stream_tablets",

@@ -16,6 +16,12 @@ Built on :class:`~.protocol.client.RpcConnection` (one blocking connection per s
   state error, a request the server refuses a configuration error, exhausted retries
   :class:`~cdc.errors.CdcTransientError`.
 
+**Transport.** TLS with certificate verification unless the caller passes ``tls=None``
+(plaintext, an explicit choice: the connection's ``rpc_sslmode=disable``). Every response is
+capped by its method's frame size (:mod:`.protocol.methods`); ``GetChanges``' cap is
+``get_changes_max_bytes``. A refused TLS session and a frame above the cap are configuration
+errors, not retried.
+
 TLS options and anything else from the connection's configuration never appear in reprs or in
 error messages (only host:port, stream id and tablet ids do).
 """
@@ -43,7 +49,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, TabletSpl
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors as rpc
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection, TlsOptions
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import DEFAULT_TLS, RpcConnection, TlsOptions
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.methods import Method
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,14 @@ class RetryPolicy:
 def product_error(error: rpc.YbRpcError, what: str) -> CdcError:
     """The product's error for a protocol error that retrying did not (or cannot) cure."""
     text = f"{what}: {error}"
+    if isinstance(error, rpc.FrameTooLarge):
+        return CdcConfigurationError(
+            f"{text}. If the cluster really sends responses this large (larger GetChanges thresholds, very "
+            "wide rows), raise the cap: the connection extra rpc_get_changes_max_bytes (YugabyteDB's own "
+            "limit is rpc_max_message_size, 255 MB by default)"
+        )
+    if isinstance(error, rpc.RpcTlsError):
+        return CdcConfigurationError(text)
     if isinstance(error, (rpc.CheckpointTooOld, rpc.StreamExpired)):
         return WalLostError(text)
     if isinstance(error, rpc.StreamNotFound):
@@ -110,16 +124,18 @@ class YbCdcClient:
         masters: Sequence[Address],
         stream_id: str,
         *,
-        tls: TlsOptions | None = None,
+        tls: TlsOptions | None = DEFAULT_TLS,
         timeout_seconds: float = 30.0,
         retry: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep,
+        get_changes_max_bytes: int = methods.GET_CHANGES_MAX_BYTES,
     ) -> None:
         if not masters:
             raise CdcConfigurationError("no master addresses")
         self.masters = tuple(masters)
         self.stream_id = stream_id
-        self._tls = tls
+        self._tls = tls  # None: plaintext, asked for explicitly
+        self._get_changes_max_bytes = get_changes_max_bytes
         self._timeout = timeout_seconds
         self._retry = retry
         self._sleep = sleep
@@ -150,7 +166,8 @@ class YbCdcClient:
             connection = self._connections[address] = RpcConnection(
                 address[0], address[1], connect_timeout=self._timeout, tls=self._tls
             )
-        response = connection.invoke(method, request, timeout=self._timeout)
+        cap = self._get_changes_max_bytes if method == methods.GET_CHANGES else None
+        response = connection.invoke(method, request, timeout=self._timeout, max_response_bytes=cap)
         rpc.raise_for_service_error(response)
         return response
 

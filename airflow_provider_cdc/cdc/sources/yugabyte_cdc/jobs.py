@@ -139,7 +139,12 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         name = f"{row.pgschema_name}.{row.table}"
         return name if name in captured else None
 
-    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
+    with YbCdcClient(
+        parse_addresses(spec.master_addresses),
+        spec.stream_id,
+        tls=spec.tls,
+        get_changes_max_bytes=spec.get_changes_max_bytes,
+    ) as client:
         record_type = spec.record_type_value
         if record_type is None:
             record_type = client.record_type()

@@ -86,6 +86,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BL
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, Page
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import YbLsn, commit_ts_ms
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
@@ -345,9 +346,15 @@ class SnapshotSource:
     snapshot_ht: int
     context: EventContext
     settings: EventSettings
+    get_changes_max_bytes: int = methods.GET_CHANGES_MAX_BYTES
 
     def client(self) -> YbCdcClient:
-        return YbCdcClient(parse_addresses(self.master_addresses), self.stream_id, tls=self.tls)
+        return YbCdcClient(
+            parse_addresses(self.master_addresses),
+            self.stream_id,
+            tls=self.tls,
+            get_changes_max_bytes=self.get_changes_max_bytes,
+        )
 
 
 def read_tablet(source: SnapshotSource, table: SnapshotTable, task: TabletTask) -> Iterator[pa.RecordBatch]:
@@ -501,7 +508,12 @@ def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEnt
     """Snapshot the captured tables through the CDC service into the sink and commit the window
     (ending at the snapshot time + 1), with each tablet's streaming start as ``source_state``."""
     started = time.monotonic()
-    with YbCdcClient(parse_addresses(spec.master_addresses), spec.stream_id, tls=spec.tls) as client:
+    with YbCdcClient(
+        parse_addresses(spec.master_addresses),
+        spec.stream_id,
+        tls=spec.tls,
+        get_changes_max_bytes=spec.get_changes_max_bytes,
+    ) as client:
         plan = plan_snapshot(client, spec.tables, spec.events, dict(spec.table_ids))
     ht = plan.snapshot_ht
     faults.point("snapshot.exported")
@@ -513,7 +525,9 @@ def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEnt
         sum(len(tasks) for tasks in plan.tasks.values()),
     )
     context = EventContext.of_window(spec.topic_prefix, spec.database, spec.window)
-    source = SnapshotSource(spec.master_addresses, spec.stream_id, spec.tls, ht, context, spec.events)
+    source = SnapshotSource(
+        spec.master_addresses, spec.stream_id, spec.tls, ht, context, spec.events, spec.get_changes_max_bytes
+    )
     schemas = {
         ref: event_schema(TableEncoder(table.table, table.table.columns, spec.events))
         for ref, table in plan.tables.items()

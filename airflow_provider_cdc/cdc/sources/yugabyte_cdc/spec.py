@@ -4,8 +4,10 @@ Common fields come from :mod:`cdc.spec`; the source's own are the cluster's mast
 the DB stream id, the database name (``source.db``), the window's start tablet positions (the
 offset's tablet checkpoints, :class:`~.checkpoints.TabletCheckpoints`), the previous window's last
 commit hybrid time (the first event's ``source.sequence``), the stream's record type when the
-planner already knows it, and TLS options. TLS options are file paths and switches only: no key
-material, no password is ever in a spec.
+planner already knows it, TLS options and the ``GetChanges`` frame cap. TLS options are file
+paths and switches only: no key material, no password is ever in a spec. ``tls`` is TLS, verified,
+unless it is None: plaintext, which only the connection's explicit ``rpc_sslmode=disable`` gives
+(JSON ``null``; a spec without the key gets the default, TLS).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import CONNECTOR
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import DEFAULT_TLS, TlsOptions
 from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, check_common, common_from_json, common_to_dict
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
@@ -43,7 +46,8 @@ class YbCdcJobSpec:
     # The captured tables' YB ids (from the YSQL catalog): the snapshot then touches only their
     # tablets. Empty: learnt from one tablet of each stream table (every stream table is probed).
     table_ids: tuple[tuple[TableRef, str], ...] = ()
-    tls: TlsOptions | None = None
+    tls: TlsOptions | None = DEFAULT_TLS  # None: plaintext (rpc_sslmode=disable)
+    get_changes_max_bytes: int = methods.GET_CHANGES_MAX_BYTES
     options: CaptureOptions = field(default_factory=CaptureOptions)
     spark: SparkOptions = field(default_factory=SparkOptions)
     events: EventSettings = field(default_factory=EventSettings)
@@ -80,6 +84,7 @@ class YbCdcJobSpec:
             "record_type": self.record_type,
             "table_ids": [[*ref.to_json(), table_id] for ref, table_id in self.table_ids],
             "tls": None if self.tls is None else asdict(self.tls),
+            "get_changes_max_bytes": self.get_changes_max_bytes,
         }
 
     def to_json(self) -> str:
@@ -88,7 +93,7 @@ class YbCdcJobSpec:
     @classmethod
     def from_json(cls, text: str) -> YbCdcJobSpec:
         data, common = common_from_json(text, cls.connector, "YugabyteDB CDC-service", cls.default_watermarks)
-        tls = data.get("tls")
+        tls = data.get("tls", asdict(DEFAULT_TLS))
         return cls(
             **common,
             master_addresses=data["master_addresses"],
@@ -101,6 +106,7 @@ class YbCdcJobSpec:
                 (TableRef(schema, name), table_id) for schema, name, table_id in data.get("table_ids") or ()
             ),
             tls=None if tls is None else TlsOptions(**tls),
+            get_changes_max_bytes=int(data.get("get_changes_max_bytes") or methods.GET_CHANGES_MAX_BYTES),
         )
 
 

@@ -90,7 +90,7 @@ def test_execute_snapshot_matches_regular_expressions_and_keeps_conditions():
     [
         ("execute-snapshot", {}, "data-collections is required"),
         ("execute-snapshot", {"data-collections": ["public.nope"]}, "matches no table"),
-        ("execute-snapshot", {"data-collections": ["("]}, "not a valid regular expression"),
+        ("execute-snapshot", {"data-collections": ["("]}, "not a regular expression this capture accepts"),
         ("execute-snapshot", {"data-collections": ["public.orders"], "type": "blocking"}, "not supported"),
         ("execute-snapshot", {"data-collections": "public.orders", "additional-conditions": [{}]}, "filter"),
         ("stop-snapshot", {}, "type"),
@@ -161,7 +161,7 @@ def test_airflow_signals_are_applied_once_across_retries():
     context = {
         "dag_run": _Run({"cdc_signals": {"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}})
     }
-    signals = airflow_signals(None, context, "window")
+    signals = airflow_signals(None, context, "window", run_conf_types=("execute-snapshot",), capture="t")
     assert [s.id for s in signals] == ["airflow:d:r1:window:conf:0"]
     offset = PostgresOffset(identity=OffsetIdentity("t", "1", "db", "slot"))
     state, _, notes = _incremental_update(offset, signals, [], CAPTURED)
@@ -176,6 +176,50 @@ def test_airflow_signals_are_applied_once_across_retries():
 def test_bad_airflow_signals_fail_clearly(value, problem):
     with pytest.raises(SignalError, match=problem):
         airflow_signals(value, {}, "window")
+
+
+_START = {"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}
+
+
+@pytest.mark.parametrize(
+    ("allowed", "signal", "problem"),
+    [
+        ((), _START, "takes no signals from DAG run conf"),
+        (("stop-snapshot",), _START, "takes only stop-snapshot signals"),
+        (
+            ("execute-snapshot",),
+            {
+                **_START,
+                "data": {**_START["data"], "additional-conditions": [{"data-collection": "x", "filter": "1=1"}]},
+            },
+            "additional-conditions are never taken from DAG run conf",
+        ),
+        (("execute-snapshot",), {**_START, "data": {**_START["data"], "surrogate-key": "id"}}, "surrogate-key"),
+        (("log",), [{"type": "log", "data": {"message": "m"}}] * 21, "at most 20"),
+    ],
+)
+def test_dag_run_conf_sends_only_the_signal_types_the_capture_allows_and_never_sql(allowed, signal, problem):
+    context = {"dag_run": _Run({"cdc_signals": signal})}
+    with pytest.raises(SignalError, match=problem):
+        airflow_signals(None, context, "window", run_conf_types=allowed, capture="t")
+    # the operator's own signals (the DAG author's) are not limited by run_conf_signals
+    filtered = {
+        **_START,
+        "data": {**_START["data"], "additional-conditions": [{"data-collection": "public.orders", "filter": "id > 1"}]},
+    }
+    assert airflow_signals([filtered], {}, "window", run_conf_types=(), capture="t")[0].type == "execute-snapshot"
+
+
+def test_run_conf_tables_are_exact_names_not_patterns_and_ids_stay_apart_from_the_operators():
+    pattern = {"id": "op-1", "type": "execute-snapshot", "data": {"data-collections": ["public\\.ord.*"]}}
+    context = {"dag_run": _Run({"cdc_signals": pattern})}
+    (signal,) = airflow_signals(None, context, "window", run_conf_types=("execute-snapshot",), capture="t")
+    assert signal.id == "conf:op-1"  # a conf cannot mark the operator's signal 'op-1' as applied
+    with pytest.raises(SignalError, match="matches no table"):
+        apply_signal(IncrementalState(), signal, CAPTURED)
+    context = {"dag_run": _Run({"cdc_signals": _START})}
+    (exact,) = airflow_signals(None, context, "window", run_conf_types=("execute-snapshot",), capture="t")
+    assert [t.table for t in apply_signal(IncrementalState(), exact, CAPTURED)[0].tables] == [ORDERS]
 
 
 def test_new_tables_join_the_incremental_snapshot_and_are_remembered():
@@ -258,3 +302,21 @@ def test_emitted_rows_are_incremental_reads_at_the_high_watermark():
 
 def pc_ids(array):
     return [v["id"] for v in array.to_pylist()]
+
+
+def test_a_signals_pattern_cannot_stall_the_capture():
+    """A pattern written to take Python's backtracking matcher exponential time (a signal-table
+    writer's ReDoS): RE2 answers at once; look-arounds RE2 cannot run are refused with the reason."""
+    import time
+
+    evil = {"data-collections": ["(?:(?:(?:.)*)*)*X"]}
+    started = time.process_time()
+    with pytest.raises(SignalError, match="matches no table"):
+        apply_signal(IncrementalState(), signal("execute-snapshot", evil), [TableRef("public", "a" * 40)])
+    assert time.process_time() - started < 5  # Python's re: hours for a 40-character name
+    with pytest.raises(SignalError, match="not a regular expression this capture accepts"):
+        apply_signal(
+            IncrementalState(), signal("execute-snapshot", {"data-collections": ["(?=p)public.orders"]}), CAPTURED
+        )
+    with pytest.raises(SignalError, match="at most 100 patterns"):
+        apply_signal(IncrementalState(), signal("execute-snapshot", {"data-collections": ["x"] * 101}), CAPTURED)

@@ -79,10 +79,28 @@ class TestReconcile:
         assert reconcile(offset(), entry(1, None, 100, "snapshot"), ID).offset == offset()
 
     def test_log_ahead_of_offset_rolls_forward(self):
-        result = reconcile(offset(lsn=100, seq=1), entry(2, 100, 300, last_commit=250), ID)
+        planned = offset(lsn=100, seq=1, pending=Window(2, "stream", Lsn(100), Lsn(300), 1))
+        result = reconcile(planned, entry(2, 100, 300, last_commit=250), ID)
         assert result.offset.lsn == 300 and result.offset.window_seq == 2 and result.offset.pending is None
         assert result.offset.lsn_commit == 250 and result.offset.tx_id == 7
-        assert "adopting the sink's record" in result.notes[0]
+        assert "adopting the sink's record" in result.notes[0] and result.corroborated
+
+    def test_an_entry_that_is_not_the_planned_window_is_never_adopted(self):
+        """A forged entry for the pending window's number, ending far ahead: the planned window
+        says where it ends, and the entry disagrees."""
+        planned = offset(lsn=100, seq=1, pending=Window(2, "stream", Lsn(100), Lsn(300), 1))
+        for forged in (entry(2, 100, 900_000), entry(2, 50, 300), entry(2, None, 300, "snapshot")):
+            with pytest.raises(OffsetMismatchError, match="is not that run's"):
+                reconcile(planned, forged, ID)
+
+    def test_an_entry_without_the_stores_word_is_restored_but_not_corroborated(self):
+        result = reconcile(offset(lsn=100, seq=1), entry(2, 100, 300), ID)
+        assert result.offset.lsn == 300 and not result.corroborated
+        assert not reconcile(None, entry(1, None, 100, "snapshot"), ID).corroborated
+
+    def test_the_store_and_the_log_must_agree_where_the_last_window_ended(self):
+        with pytest.raises(OffsetMismatchError, match="disagree about where window 0000000002"):
+            reconcile(offset(lsn=900_000, seq=2), entry(2, 100, 300), ID)
 
     def test_lost_offset_is_rebuilt_from_the_log(self):
         result = reconcile(None, entry(1, None, 100, "snapshot"), ID)
@@ -201,6 +219,13 @@ class TestStreamPlan:
         result = plan(off=offset(lsn=100, seq=1, pending=pending), target=900)
         assert result.window == pending
         assert "retrying" in result.notes[0]
+
+    def test_a_pending_window_ending_past_the_server_was_not_planned_and_is_refused(self):
+        """An edited offset whose pending window ends beyond what the server has written: retried
+        as planned, it would be acknowledged past changes no window read."""
+        pending = Window(2, "stream", Lsn(100), Lsn(5_000), 1)
+        with pytest.raises(InvalidLsnError, match="ends past the server's current WAL position"):
+            plan(off=offset(lsn=100, seq=1, pending=pending), current=1000)
 
     def test_stale_pending_window_is_replaced(self):
         pending = Window(2, "stream", Lsn(50), Lsn(400), 1)

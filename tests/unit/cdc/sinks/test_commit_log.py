@@ -84,3 +84,47 @@ def test_sink_path_must_be_a_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match="not a directory"):
         ParquetSink(str(tmp_path / "file"), "p")
+
+
+# -- paths read back from the sink: the attacker is whoever may write the sink -------------------
+
+
+def test_a_symbolic_link_planted_in_the_sink_is_never_followed(tmp_path):
+    """The name checks pass a landed directory swapped for a link (or a file that is a link), so
+    the reader would return someone else's rows and a delete would remove a directory elsewhere."""
+    import shutil
+
+    sink_dir, outside = tmp_path / "lake", tmp_path / "outside"
+    sink = ParquetSink(str(sink_dir), "p")
+    writer, window = write_window(sink, 1, [1, 2])
+    writer.commit(window)
+    landed = sink_dir / writer.dataset_path(TOPIC)
+    shutil.copytree(landed, outside / "rows")  # someone else's data, in the capture's format
+    (outside / "keep.txt").write_text("x")
+    shutil.rmtree(landed)
+    landed.symlink_to(outside / "rows", target_is_directory=True)
+    with pytest.raises(CdcStateError, match="leads outside"):
+        read_topic_arrow(str(sink_dir), "p", TOPIC.name)
+    landed.unlink()
+    landed.mkdir()
+    (landed / "part-00001.parquet").symlink_to(next((outside / "rows").iterdir()))
+    with pytest.raises(CdcStateError, match="is a symbolic link"):
+        read_topic_arrow(str(sink_dir), "p", TOPIC.name)
+    window_dir = landed.parent
+    shutil.rmtree(window_dir)
+    window_dir.symlink_to(outside, target_is_directory=True)
+    storage = LocalStorage(sink_dir)
+    with pytest.raises(CdcStateError):
+        storage.delete_tree(writer.dataset_path(TOPIC).rsplit("/attempt=", 1)[0])
+    assert (outside / "keep.txt").exists() and (outside / "rows").exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/etc", "../x", "a/../../x", "a//b", "a\\b", "c:/x", "a/./b", "s3://bucket/x", "a\x00b"],
+)
+def test_storage_refuses_paths_that_leave_the_sink(tmp_path, path):
+    storage = LocalStorage(tmp_path / "lake")
+    for call in (storage.uri, storage.read_text, storage.exists, storage.list_names, storage.delete_tree):
+        with pytest.raises(CdcStateError, match="does not stay inside the sink"):
+            call(path)

@@ -359,3 +359,25 @@ def test_stats_json_is_valid_for_every_added_file(tmp_path, tables):
     assert stats["numRecords"] == 2 and stats["nullCount"]["note"] == 1
     assert "note" not in stats["minValues"]  # a 40-character string would need truncation
     assert stats["minValues"]["window_id"] == stats["maxValues"]["window_id"] == "0000000001"
+
+
+def test_a_data_file_forged_into_the_delta_log_outside_the_table_is_refused(tmp_path):
+    """A sink writer appends a ``_delta_log`` commit whose ``add.path`` climbs out of the table: the
+    next window's commit read that file and wrote a conformed copy beside it, outside the sink."""
+    from airflow_provider_cdc.cdc.errors import CdcStateError
+
+    sink, outside = tmp_path / "lake", tmp_path / "outside"
+    sink.mkdir()
+    outside.mkdir()
+    tables = DeltaTables(str(sink), PREFIX)
+    land(tables, sink, 1, "a", events(1, [1, 2]))
+    pq.write_table(events(9, [99]), outside / "secret.parquet")
+    table_dir = sink / TOPIC.directory
+    relative = os.path.relpath(outside / "secret.parquet", table_dir)
+    assert relative.startswith("..")
+    add = {"path": relative, "size": (outside / "secret.parquet").stat().st_size, "partitionValues": {},
+           "modificationTime": 1, "dataChange": True}  # fmt: skip
+    (table_dir / "_delta_log" / f"{1:020d}.json").write_text(json.dumps({"add": add}) + "\n")
+    with pytest.raises(CdcStateError, match=r"lists a data file .* outside it"):
+        land(tables, sink, 2, "b", events(2, [3]))
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.parquet"]  # nothing written beside it

@@ -34,12 +34,12 @@ def _land(base, fmt: str, seq: int) -> CommitEntry:
 def test_a_table_that_holds_the_newest_window_passes_and_a_missing_one_fails(tmp_path, fmt):
     _land(tmp_path, fmt, 1)
     newest = _land(tmp_path, fmt, 2)
-    check_landed_tables(newest, str(tmp_path), "p")
+    check_landed_tables(newest, str(tmp_path), "p", sink_format=fmt)
     shutil.rmtree(tmp_path / TOPIC.directory)
     if fmt == "iceberg":
         table_format(fmt, str(tmp_path), "p").catalog.drop_table(("p", "public", "orders"))
     with pytest.raises(CdcStateError, match="is gone"):
-        check_landed_tables(newest, str(tmp_path), "p")
+        check_landed_tables(newest, str(tmp_path), "p", sink_format=fmt)
 
 
 def test_a_delta_table_restored_to_before_the_newest_window_fails(tmp_path):
@@ -50,4 +50,4 @@ def test_a_delta_table_restored_to_before_the_newest_window_fails(tmp_path):
     table = DeltaTable(str(tmp_path / TOPIC.directory))
     table.restore(table.version() - 1)
     with pytest.raises(CdcStateError, match="no longer holds window 0000000002"):
-        check_landed_tables(newest, str(tmp_path), "p")
+        check_landed_tables(newest, str(tmp_path), "p", sink_format="delta")

@@ -41,7 +41,9 @@ class ProtocolError(YbRpcError):
 
 
 class FrameTooLarge(ProtocolError):
-    """A frame announced a length above the limit (``rpc_max_message_size``)."""
+    """A frame announced a length above the limit: the method's cap on the client
+    (:data:`.methods.Method.max_response_bytes`), or ``rpc_max_message_size`` on a server. Nothing
+    of the frame is read; retrying gets the same frame, so it is not retriable."""
 
 
 class TruncatedFrame(ProtocolError):
@@ -53,6 +55,12 @@ class RpcConnectionError(YbRpcError):
 
     retriable = True
     rediscover = True
+
+
+class RpcTlsError(YbRpcError):
+    """The TLS session could not be set up: the server's certificate is not trusted, or the server
+    does not speak TLS on its RPC port (it drops the handshake as a bad connection header). A
+    configuration problem, never downgraded to plaintext and not retried."""
 
 
 class RpcTimeout(YbRpcError):

@@ -144,18 +144,21 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
-    """A parsed response, as a client sees it."""
+    """A parsed response, as a client sees it. Parsed from a ``memoryview`` (what
+    :class:`~.client.RpcConnection` reads frames into), ``body`` and ``sidecars`` are views of
+    the frame's one buffer, not copies."""
 
     call_id: int
     is_error: bool
-    body: bytes
-    sidecars: tuple[bytes, ...] = ()
+    body: bytes | memoryview
+    sidecars: tuple[bytes | memoryview, ...] = ()
 
 
-def split_call(payload: bytes | memoryview) -> tuple[bytes, bytes]:
-    """A frame's payload (after the 4-byte length) into (header bytes, main message bytes).
+def split_call(payload: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """A frame's payload (after the 4-byte length) into (header bytes, main message).
 
     Follows ``ParseYBHeader``: the main message includes the sidecars, and nothing may follow it.
+    The main message is a slice of ``payload``: a view, without a copy, when it is a memoryview.
     """
     header_len, pos = decode_varint32(payload, 0)
     if pos + header_len > len(payload):
@@ -168,7 +171,7 @@ def split_call(payload: bytes | memoryview) -> tuple[bytes, bytes]:
     extra = len(payload) - (pos + main_len)
     if extra:
         raise ProtocolError(f"Invalid packet: {extra} extra bytes at end of packet")
-    return header, bytes(payload[pos:])
+    return header, payload[pos:]
 
 
 def parse_response(payload: bytes | memoryview) -> Response:
@@ -200,7 +203,7 @@ def parse_request(payload: bytes | memoryview) -> Request:
         header.remote_method.service_name,
         header.remote_method.method_name,
         timeout,
-        body,
+        bytes(body),
     )
 
 
@@ -217,7 +220,8 @@ def decode_body(response: Response, message_cls: type[M]) -> M:
 
 
 class FrameDecoder:
-    """Cuts a byte stream into frame payloads, whatever the read sizes were.
+    """Cuts a byte stream into frame payloads, whatever the read sizes were (a server's side:
+    the test stand-in; :class:`~.client.RpcConnection` reads each frame straight into one buffer).
 
     ``feed`` takes any chunk and returns the payloads of the frames it completed (heartbeats
     dropped); a partial frame stays buffered. ``close`` says whether the stream ended cleanly.
@@ -279,7 +283,7 @@ def _serialized(body: bytes | Message) -> bytes:
     return bytes(body) if isinstance(body, bytes | bytearray) else body.SerializeToString()
 
 
-def _parse(message_cls: type[M], data: bytes, what: str) -> M:
+def _parse(message_cls: type[M], data: bytes | memoryview, what: str) -> M:
     message = message_cls()
     try:
         message.ParseFromString(data)

@@ -43,6 +43,7 @@ class Cluster:
         self.changes_errors: list[pb.CDCErrorPB] = []
         self.calls: list[tuple[str, str]] = []
         self.checkpoints: list[pb.SetCDCCheckpointRequestPB] = []
+        self.changes_padding = 0  # bytes of one text datum added to every GetChanges response
         self.masters = [TinyServer(self._follower_master), TinyServer(self._master)]
         self.tservers = [TinyServer(self._tserver(i)) for i in range(2)]
 
@@ -52,7 +53,8 @@ class Cluster:
 
     def client(self, attempts: int = 4) -> YbCdcClient:
         masters = [("127.0.0.1", s.port) for s in self.masters]
-        return YbCdcClient(masters, STREAM, retry=RetryPolicy(attempts=attempts, backoff_seconds=0), timeout_seconds=5)
+        retry = RetryPolicy(attempts=attempts, backoff_seconds=0)
+        return YbCdcClient(masters, STREAM, retry=retry, timeout_seconds=5, tls=None)  # plaintext test servers
 
     def _follower_master(self, request: framing.Request) -> list[bytes]:
         self.calls.append(("master0", request.method))
@@ -112,6 +114,10 @@ class Cluster:
             index = ask.from_cdc_sdk_checkpoint.index
             response = pb.GetChangesResponsePB(safe_hybrid_time=ask.safe_hybrid_time + 100)
             response.cdc_sdk_checkpoint.term, response.cdc_sdk_checkpoint.index = 1, index + 1
+            if self.changes_padding:
+                row = response.cdc_sdk_proto_records.add().row_message
+                row.op, row.table = pb.RowMessage.INSERT, "wide"
+                row.new_tuple.add(column_name="doc", column_type=25, datum_string="x" * self.changes_padding)
             return [framing.encode_response(request.call_id, response)]
 
         return handle
@@ -174,7 +180,7 @@ def test_terminal_errors_are_the_products(cluster: Cluster, code: int, message: 
 
 def test_unknown_stream_is_a_missing_stream(cluster: Cluster) -> None:
     masters = [("127.0.0.1", s.port) for s in cluster.masters]
-    with YbCdcClient(masters, "f" * 32, retry=RetryPolicy(attempts=2, backoff_seconds=0)) as client:
+    with YbCdcClient(masters, "f" * 32, retry=RetryPolicy(attempts=2, backoff_seconds=0), tls=None) as client:
         with pytest.raises(SlotMissingError, match="Could not find CDC stream"):
             client.stream_tables()
 
@@ -201,3 +207,30 @@ def test_addresses_and_repr_without_tls_details() -> None:
         parse_addresses("h1")
     client = YbCdcClient([("h1", 7100)], STREAM, tls=TlsOptions(key_file="/secret/client.key"))
     assert "secret" not in repr(client) and "tls=True" in repr(client)
+
+
+def test_a_get_changes_response_above_the_cap_is_a_configuration_error_not_retried(cluster: Cluster) -> None:
+    cluster.changes_padding = 2 * 1024 * 1024  # a 2 MiB response
+    masters = [("127.0.0.1", s.port) for s in cluster.masters]
+    small = YbCdcClient(
+        masters, STREAM, retry=RetryPolicy(attempts=4, backoff_seconds=0), tls=None, get_changes_max_bytes=1024 * 1024
+    )
+    with small, pytest.raises(CdcConfigurationError) as caught:
+        small.get_changes("t1", TabletPosition(Checkpoint(1, 1)))
+    message = str(caught.value)
+    assert "GetChanges of tablet t1" in message and "yb.cdc.CDCService.GetChanges" in message
+    assert "cap of 1048576 bytes" in message and "rpc_get_changes_max_bytes" in message
+    assert [c for c in cluster.calls if c[1] == "GetChanges"] == [("ts0", "GetChanges")]  # asked once
+    # The default cap (64 MiB) reads the same response.
+    with cluster.client() as client:
+        response = client.get_changes("t1", TabletPosition(Checkpoint(1, 1)))
+    assert len(response.cdc_sdk_proto_records[0].row_message.new_tuple[0].datum_string) == 2 * 1024 * 1024
+
+
+def test_the_client_defaults_to_tls(cluster: Cluster) -> None:
+    masters = [("127.0.0.1", s.port) for s in cluster.masters]
+    client = YbCdcClient(masters, STREAM, retry=RetryPolicy(attempts=2, backoff_seconds=0))
+    assert "tls=True" in repr(client)
+    with client, pytest.raises(CdcConfigurationError, match=r"TLS with 127\.0\.0\.1"):
+        client.stream_tables()  # the test masters speak plaintext: refused, not downgraded
+    assert cluster.calls == []

@@ -56,3 +56,17 @@ def test_bad_specs_fail_early() -> None:
         spec(record_type="NOPE")
     with pytest.raises(CdcConfigurationError):
         YbCdcJobSpec.from_json(json.dumps({**json.loads(spec().to_json()), "connector": "yugabytedb"}))
+
+
+def test_transport_defaults_to_tls_and_carries_the_get_changes_cap() -> None:
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
+
+    base = {k: v for k, v in spec().__dict__.items() if k not in ("tls", "get_changes_max_bytes")}
+    unset = YbCdcJobSpec(**base)
+    assert unset.tls == TlsOptions() and unset.get_changes_max_bytes == methods.GET_CHANGES_MAX_BYTES
+    capped = spec(get_changes_max_bytes=128 * methods.MIB)
+    assert YbCdcJobSpec.from_json(capped.to_json()).get_changes_max_bytes == 128 * methods.MIB
+    # A spec written without the keys (older writers): TLS and the default cap, never plaintext.
+    data = {k: v for k, v in json.loads(spec().to_json()).items() if k not in ("tls", "get_changes_max_bytes")}
+    read = YbCdcJobSpec.from_json(json.dumps(data))
+    assert read.tls == TlsOptions() and read.get_changes_max_bytes == methods.GET_CHANGES_MAX_BYTES

@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime
 import socket
 import ssl
+import struct
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,8 @@ import pytest
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors, framing, methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection, TlsOptions
+from tests.support.yugabyte_cdc.certificates import CaFiles, make_ca
+from tests.support.yugabyte_cdc.rpc_server import RpcServer
 
 #: A handler answers one request with the bytes to send back, in pieces (a None piece closes the
 #: connection there); returning None sends nothing.
@@ -53,7 +57,7 @@ class TinyServer:
                     if self.tls is not None:
                         conn = self.tls.wrap_socket(conn, server_side=True)
                     self._session(conn)
-                except (OSError, ssl.SSLError):
+                except (OSError, ssl.SSLError, errors.ProtocolError):  # a TLS hello is a bad header here
                     continue
 
     def _session(self, conn: socket.socket) -> None:
@@ -128,7 +132,7 @@ def test_get_changes_then_an_error_response_then_more(serve):
     server = serve(handler)
     request = pb.GetChangesRequestPB(db_stream_id=b"d540f5e4890c4d3b812933cbfd703ed3", tablet_id=b"tablet-1")
     request.from_cdc_sdk_checkpoint.term, request.from_cdc_sdk_checkpoint.index = 1, 4
-    with RpcConnection("127.0.0.1", server.port, connect_timeout=5) as connection:
+    with RpcConnection("127.0.0.1", server.port, connect_timeout=5, tls=None) as connection:
         response = connection.invoke(methods.GET_CHANGES, request, timeout=5)
         assert [r.row_message.op for r in response.cdc_sdk_proto_records] == [
             pb.RowMessage.BEGIN,
@@ -166,7 +170,7 @@ def test_a_service_error_comes_back_in_the_response(serve):
         return [framing.encode_response(request.call_id, body)]
 
     server = serve(handler)
-    with RpcConnection("127.0.0.1", server.port) as connection:
+    with RpcConnection("127.0.0.1", server.port, tls=None) as connection:
         response = connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(tablet_id=b"tablet-1"), timeout=5)
     with pytest.raises(errors.TabletSplit, match="Tablet Split detected"):
         errors.raise_for_service_error(response)
@@ -174,7 +178,7 @@ def test_a_service_error_comes_back_in_the_response(serve):
 
 def test_no_answer_is_a_timeout_and_the_connection_is_dropped(serve):
     server = serve(lambda request: None)
-    connection = RpcConnection("127.0.0.1", server.port)
+    connection = RpcConnection("127.0.0.1", server.port, tls=None)
     started = time.monotonic()
     with pytest.raises(errors.RpcTimeout, match=r"no response in 0\.3s"):
         connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(), timeout=0.3)
@@ -188,7 +192,7 @@ def test_a_connection_cut_inside_a_frame_is_a_truncated_frame(serve):
         return [framing.encode_response(request.call_id, changes_response())[:20], None]
 
     server = serve(handler)
-    connection = RpcConnection("127.0.0.1", server.port)
+    connection = RpcConnection("127.0.0.1", server.port, tls=None)
     with pytest.raises(errors.TruncatedFrame, match="inside a frame"):
         connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(), timeout=5)
     assert not connection.connected
@@ -196,7 +200,7 @@ def test_a_connection_cut_inside_a_frame_is_a_truncated_frame(serve):
 
 def test_a_server_that_hangs_up_is_a_connection_error_worth_a_retry(serve):
     server = serve(lambda request: [None])  # close between frames, without answering
-    connection = RpcConnection("127.0.0.1", server.port)
+    connection = RpcConnection("127.0.0.1", server.port, tls=None)
     with pytest.raises(errors.RpcConnectionError, match="closed the connection") as caught:
         connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(), timeout=5)
     assert caught.value.retriable and caught.value.rediscover
@@ -255,5 +259,202 @@ def test_tls_wraps_the_connection_header_and_the_frames(serve, tmp_path):
     assert server.requests[0].method == "GetCheckpoint"
 
     untrusted = RpcConnection("127.0.0.1", server.port, tls=TlsOptions(server_hostname="localhost"))
-    with pytest.raises(errors.RpcConnectionError, match="cannot open an RPC session"):
+    with pytest.raises(errors.RpcTlsError, match="certificate is not trusted"):
         untrusted.connect()
+
+
+# --- TLS by default --------------------------------------------------------------------------------
+# Against the stand-in's own RPC server (tests/support/yugabyte_cdc/rpc_server.py), which decides
+# TLS as YB's SecureRefiner::ProcessHeader does: a TLS handshake record first starts TLS, anything
+# else is plaintext (if allow_insecure_connections), and without TLS a handshake is a bad header.
+
+
+def checkpoint_server(**options) -> tuple[RpcServer, list[str]]:
+    """A stand-in RPC server answering every call with an empty GetCheckpoint response; the list
+    collects the methods it was asked."""
+    asked: list[str] = []
+
+    def dispatch(service: str, method: str, body: bytes) -> pb.GetCheckpointResponsePB:
+        asked.append(method)
+        return pb.GetCheckpointResponsePB()
+
+    return RpcServer("tls-test", dispatch, heartbeat_interval=0.5, **options).start(), asked
+
+
+def server_tls(ca: CaFiles) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(ca.server_cert, ca.server_key)
+    return context
+
+
+def ask(connection: RpcConnection) -> pb.GetCheckpointResponsePB:
+    return connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(tablet_id=b"t"), timeout=5)
+
+
+def test_without_a_choice_the_client_speaks_tls_and_verifies_the_server(tmp_path):
+    pytest.importorskip("cryptography")
+    ca = make_ca(tmp_path / "ca")
+    # YB's default server: TLS, and plaintext clients allowed too (allow_insecure_connections)
+    server, asked = checkpoint_server(tls=server_tls(ca), allow_insecure_connections=True)
+    try:
+        # No TLS options given: TLS, verified against the system's CA store, which does not know
+        # the test CA. Refused before anything is sent, although the server would take plaintext.
+        default = RpcConnection("127.0.0.1", server.port, connect_timeout=5)
+        assert default.tls == TlsOptions()
+        with pytest.raises(errors.RpcTlsError, match=r"certificate is not trusted.*system's CA store") as caught:
+            ask(default)
+        assert not caught.value.retriable and not default.connected
+        assert asked == []
+
+        # The cluster's root given: verified, the host name (127.0.0.1) checked, the call inside TLS.
+        with RpcConnection("127.0.0.1", server.port, tls=TlsOptions(ca_file=str(ca.root_cert))) as connection:
+            assert isinstance(connection._sock, ssl.SSLSocket)
+            assert connection._sock.version() in ("TLSv1.2", "TLSv1.3")
+            assert not ask(connection).HasField("error")
+        assert asked == ["GetCheckpoint"]
+
+        # Plaintext only when asked for explicitly (tls=None); this server lets it in, as YB does
+        # by default, which is why the choice must be the client's.
+        with RpcConnection("127.0.0.1", server.port, tls=None) as plain:
+            assert not isinstance(plain._sock, ssl.SSLSocket)
+            ask(plain)
+        assert asked == ["GetCheckpoint", "GetCheckpoint"]
+    finally:
+        server.stop()
+
+
+def test_a_certificate_for_another_name_fails_verify_full_and_passes_verify_ca(tmp_path):
+    pytest.importorskip("cryptography")
+    ca = make_ca(tmp_path / "ca", names=("node1.yb.example",))
+    server, asked = checkpoint_server(tls=server_tls(ca), allow_insecure_connections=False)
+    try:
+        full = RpcConnection("127.0.0.1", server.port, tls=TlsOptions(ca_file=str(ca.root_cert)))
+        with pytest.raises(errors.RpcTlsError, match=r"not trusted.*127\.0\.0\.1"):
+            ask(full)
+        verify_ca = TlsOptions(ca_file=str(ca.root_cert), check_hostname=False)
+        with RpcConnection("127.0.0.1", server.port, tls=verify_ca) as connection:
+            ask(connection)
+        assert asked == ["GetCheckpoint"]
+        # This server refuses plaintext (allow_insecure_connections=false): dropped, never served.
+        with pytest.raises(errors.RpcConnectionError, match=r"closed the connection|reset by peer"):
+            ask(RpcConnection("127.0.0.1", server.port, tls=None))
+        assert asked == ["GetCheckpoint"]
+    finally:
+        server.stop()
+
+
+def test_a_plaintext_server_is_a_clear_error_never_a_downgrade():
+    # A server without TLS (a YB cluster without use_client_to_server_encryption) reads the TLS
+    # handshake as a bad connection header and drops the connection.
+    server, asked = checkpoint_server()
+    try:
+        connection = RpcConnection("127.0.0.1", server.port, connect_timeout=5)
+        with pytest.raises(errors.RpcTlsError, match=r"without TLS.*rpc_sslmode=disable") as caught:
+            ask(connection)
+        assert not caught.value.retriable and not connection.connected
+        assert asked == []  # nothing was sent in plaintext
+        # The same server, asked in plaintext on purpose, answers.
+        with RpcConnection("127.0.0.1", server.port, tls=None) as plain:
+            ask(plain)
+        assert asked == ["GetCheckpoint"]
+    finally:
+        server.stop()
+
+
+# --- frame caps -------------------------------------------------------------------------------------
+
+MIB = methods.MIB
+
+
+class AnnouncingServer:
+    """Answers the first request with a bare 4-byte length prefix announcing ``announce`` bytes
+    (and a few bytes of it), then keeps the connection open: a server that would send a huge frame."""
+
+    def __init__(self, announce: int) -> None:
+        self.announce = announce
+        self.received = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._listener.accept()
+        with conn:
+            conn.settimeout(10)
+            decoder = framing.FrameDecoder(expect_connection_header=True)
+            try:
+                while not decoder.feed(conn.recv(65536)):
+                    pass
+                conn.sendall(struct.pack(">I", self.announce) + b"\x00" * 64)
+                while conn.recv(65536):  # until the client hangs up
+                    pass
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._listener.close()
+        self._thread.join(5)
+
+
+def test_a_frame_above_the_methods_cap_is_refused_before_it_is_read_or_allocated():
+    announced = 200 * MIB  # below YB's rpc_max_message_size (255 MB), far above GetChanges' 64 MiB cap
+    server = AnnouncingServer(announced)
+    connection = RpcConnection("127.0.0.1", server.port, tls=None)
+    try:
+        started = time.monotonic()
+        tracemalloc.start()
+        try:
+            with pytest.raises(errors.FrameTooLarge) as caught:
+                connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(tablet_id=b"t"), timeout=10)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        message = str(caught.value)
+        assert "yb.cdc.CDCService.GetChanges" in message
+        assert f"a frame of {announced + 4} bytes" in message
+        assert f"cap of {methods.GET_CHANGES_MAX_BYTES} bytes" in message
+        assert time.monotonic() - started < 5  # refused at the length prefix, not after a timeout
+        assert peak < MIB  # the 200 MiB were never allocated
+        assert not caught.value.retriable and not connection.connected
+    finally:
+        connection.close()
+        server.close()
+
+
+def test_each_method_has_its_own_cap_and_the_caller_may_set_another():
+    assert methods.GET_CHANGES.max_response_bytes == methods.GET_CHANGES_MAX_BYTES == 64 * MIB
+    assert methods.GET_CHECKPOINT.max_response_bytes == methods.SET_CDC_CHECKPOINT.max_response_bytes == MIB
+    assert methods.MASTER_GET_TABLE_LOCATIONS.max_response_bytes == methods.LISTING_MAX_BYTES
+    server = AnnouncingServer(2 * MIB)  # a 2 MiB answer to GetCheckpoint, capped at 1 MiB
+    try:
+        connection = RpcConnection("127.0.0.1", server.port, tls=None)
+        with pytest.raises(errors.FrameTooLarge, match=rf"GetCheckpoint.*cap of {MIB} bytes"):
+            connection.invoke(methods.GET_CHECKPOINT, pb.GetCheckpointRequestPB(), timeout=5)
+    finally:
+        server.close()
+    server = AnnouncingServer(3 * MIB)
+    try:
+        connection = RpcConnection("127.0.0.1", server.port, tls=None)
+        with pytest.raises(errors.FrameTooLarge, match=rf"cap of {2 * MIB} bytes"):
+            connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(), timeout=5, max_response_bytes=2 * MIB)
+    finally:
+        server.close()
+
+
+def test_a_large_response_is_read_into_one_buffer_without_copies(serve):
+    big = changes_response()
+    big.cdc_sdk_proto_records[1].row_message.new_tuple[1].datum_string = "x" * (12 * MIB)
+    frame = framing.encode_response(0, big)
+    pieces = [frame[: 3 * MIB], frame[3 * MIB : 7 * MIB], frame[7 * MIB :]]  # built before measuring
+    server = serve(lambda request: pieces)
+    with RpcConnection("127.0.0.1", server.port, tls=None) as connection:
+        tracemalloc.start()
+        try:
+            response = connection.invoke(methods.GET_CHANGES, pb.GetChangesRequestPB(), timeout=20)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert len(response.cdc_sdk_proto_records[1].row_message.new_tuple[1].datum_string) == 12 * MIB
+    # One buffer of the frame's size: no growing read buffer, no copy of the frame or of its body.
+    assert peak < 1.2 * len(frame), (peak, len(frame))

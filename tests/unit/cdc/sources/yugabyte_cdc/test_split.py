@@ -436,7 +436,8 @@ def split_cluster() -> Iterator[SplitCluster]:
 
 def test_the_client_reports_a_split_at_once_and_lists_the_children(split_cluster: SplitCluster) -> None:
     masters = [("127.0.0.1", split_cluster.master.port)]
-    with YbCdcClient(masters, "s" * 32, retry=RetryPolicy(attempts=4, backoff_seconds=0), timeout_seconds=5) as client:
+    retry = RetryPolicy(attempts=4, backoff_seconds=0)
+    with YbCdcClient(masters, "s" * 32, retry=retry, timeout_seconds=5, tls=None) as client:
         with pytest.raises(TabletSplitError, match="Tablet Split detected on p"):
             client.get_changes("p", START)
         assert split_cluster.calls == ["GetChanges"]  # not retried: asking again cannot help
