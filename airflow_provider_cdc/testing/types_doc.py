@@ -146,6 +146,8 @@ def render(conninfo) -> str:
 
     columns = [f"c{i}" for i in range(len(EXAMPLES))]
     with connect(conninfo) as conn:
+        # The product's sessions look names up in pg_catalog only; this one creates the examples.
+        conn.execute("SET search_path = public, pg_catalog")
         conn.execute(SETUP)
         conn.execute(
             "CREATE TABLE type_examples (id int PRIMARY KEY, "

@@ -123,6 +123,9 @@ def install() -> Path | None:
         f"Driver={library}",
         *(f"{key}={value}" for key, value in DRIVER_DEFAULTS.items()),
     ]
+    # psqlODBC reads its logging switches from the section named after itself ("PostgreSQL
+    # Unicode"), which Debian ships with CommLog=1: a log file per process in /tmp. Off in this copy.
+    system = re.sub(r"(?im)^(\s*(?:CommLog|Debug)\s*=).*$", r"\g<1>0", system)
     (directory / "odbcinst.ini").write_text(system.rstrip("\n") + "\n\n" + "\n".join(entry) + "\n")
     if sources is not None:  # system data sources stay as they were
         shutil.copyfile(sources, directory / "odbc.ini")
