@@ -15,8 +15,10 @@ RPC port (7100) reachable from the workers.
 
 Everything it needs is in the settings below: the ``shop_yb`` Airflow connection (type
 ``yugabytedb_cdc``: a YSQL endpoint, schema = the database, extra ``{"master_addresses":
-"m1:7100,m2:7100,m3:7100"}``), the stream id and two directories. The tests point them elsewhere
-through the ``CDC_EXAMPLE_*`` environment variables; nothing else is read from the environment.
+"m1:7100,m2:7100,m3:7100", "rpc_ssl_root_cert": "/path/to/ca.crt"}``: the RPC client speaks
+verified TLS unless the extra says ``"rpc_sslmode": "disable"``), the stream id and two
+directories. The tests point them elsewhere through the ``CDC_EXAMPLE_*`` environment variables;
+nothing else is read from the environment.
 """
 
 from __future__ import annotations
