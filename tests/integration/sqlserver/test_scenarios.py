@@ -121,6 +121,32 @@ def test_a_second_capture_instance_takes_over_at_its_start_and_nothing_is_lost(s
     )
 
 
+def test_the_newest_instance_is_the_one_created_last_when_a_cleanup_gave_both_one_start(sqlserver_conn, tmp_path):
+    # After a schema change and one cleanup both instances start at the low water mark: only
+    # cdc.change_tables.create_date tells them apart (Debezium: SqlServerConnection's
+    # ROW_NUMBER() ... ORDER BY ct.create_date DESC). The new instance's name sorts first here.
+    standin, dag, errors = _started(sqlserver_conn, tmp_path, "newest")
+    standin.execute_tsql("ALTER TABLE dbo.customers ADD email nvarchar(200) NULL")
+    standin.enable_table("dbo", "customers", capture_instance="a_customers_v2")
+    standin.execute_tsql("UPDATE dbo.customers SET email = N'first@v2' WHERE id = 1")
+    standin.wait_until_captured()
+    assert af.run(dag, 1, errors=errors).state == "success", errors
+    assert standin.cleanup(retention_minutes=0) is not None  # everything read; both starts raised
+    starts = standin.admin_query("SELECT capture_instance, start_lsn FROM cdc.change_tables ORDER BY create_date")
+    customers = [bytes(lsn) for name, lsn in starts if name in ("dbo_customers", "a_customers_v2")]
+    assert len(customers) == 2 and customers[0] == customers[1]
+
+    standin.execute_tsql("UPDATE dbo.customers SET email = N'second@v2' WHERE id = 2")
+    standin.wait_until_captured()
+    run = af.run(dag, 2, errors=errors)
+    assert run.state == "success", errors
+    latest = [
+        e for e in events_of(tmp_path, "shop", "dbo.customers") if e["window_id"] == run.xcom["window"]["window_id"]
+    ]
+    assert [(e["op"], e["after"]["id"], e["after"].get("email")) for e in latest] == [("u", 2, "second@v2")]
+    assert_reproduces_source(standin, tmp_path)
+
+
 def test_when_needed_resnapshots_after_a_purge_and_records_the_gap(sqlserver_conn, tmp_path):
     standin, dag, errors = _started(sqlserver_conn, tmp_path, "purge", snapshot_mode="when_needed")
     standin.execute_tsql("UPDATE dbo.customers SET name = N'purged away' WHERE id = 1")

@@ -190,7 +190,7 @@ def agent_running(conn: Any) -> bool | None:
 # -- tables and capture instances --------------------------------------------------------------
 
 INSTANCES_SQL = (
-    "SELECT s.name, t.name, ct.capture_instance, ct.start_lsn, ct.object_id, ct.index_name "
+    "SELECT s.name, t.name, ct.capture_instance, ct.start_lsn, ct.object_id, ct.index_name, ct.create_date "
     "FROM cdc.change_tables ct "
     "JOIN sys.tables t ON ct.source_object_id = t.object_id "
     "JOIN sys.schemas s ON t.schema_id = s.schema_id "
@@ -214,17 +214,17 @@ TABLES_SQL = (
 
 
 def capture_instances(conn: Any) -> dict[TableRef, list[CaptureInstance]]:
-    """Every capture instance of the database, per table, oldest first."""
-    out: dict[TableRef, list[CaptureInstance]] = {}
-    for schema, table, name, start_lsn, object_id, index_name in rows(conn, INSTANCES_SQL):
+    """Every capture instance of the database, per table, oldest first: by ``start_lsn``, and by
+    ``create_date`` where a cleanup raised both of a table's instances to one low water mark (as
+    Debezium picks the newest: ``ORDER BY ct.create_date DESC`` in SqlServerConnection). Never by
+    name: a new instance may be named anything."""
+    out: dict[TableRef, list[tuple[tuple[Any, ...], CaptureInstance]]] = {}
+    for schema, table, name, start_lsn, object_id, index_name, created in rows(conn, INSTANCES_SQL):
         ref = TableRef(schema, table)
         columns = tuple(r[0] for r in rows(conn, CAPTURED_COLUMNS_SQL, object_id))
-        out.setdefault(ref, []).append(
-            CaptureInstance(name, ref, lsn_or_none(start_lsn), int(object_id), index_name, columns)
-        )
-    for instances in out.values():
-        instances.sort(key=lambda i: (i.start_lsn or 0, i.name))
-    return out
+        instance = CaptureInstance(name, ref, lsn_or_none(start_lsn), int(object_id), index_name, columns)
+        out.setdefault(ref, []).append(((instance.start_lsn or 0, created), instance))
+    return {ref: [i for _, i in sorted(found, key=lambda pair: pair[0])] for ref, found in out.items()}
 
 
 def resolve_tables(
