@@ -9,7 +9,9 @@ through the same driver. Builds a backlog of N changes (60 % insert, 30 % update
 transactions of 100) on one table, waits for the emulated capture job, then measures:
 
 - limit: fetching the window's change rows through pyodbc into nothing, with the query and the
-  select list the window job sends (``cdc.fn_cdc_get_all_changes_<instance>``, ordered);
+  select list the window job sends in the query mode measured (``--mode``: ``direct``, the default,
+  reads ``cdc.<instance>_CT`` in ``__$command_id`` order; ``function`` reads
+  ``cdc.fn_cdc_get_all_changes_<instance>``);
 - window: the capture job reading that window end to end (change rows → typed Debezium events →
   committed Parquet with the transaction side table, local sink, no Spark).
 
@@ -90,6 +92,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=50_000, help="max_changes_per_chunk")
     parser.add_argument("--no-memory", action="store_true", help="skip the 4N memory run")
+    parser.add_argument("--mode", choices=("direct", "function"), default="direct", help="data_query_mode")
     args = parser.parse_args()
 
     from airflow_provider_cdc.cdc.event_settings import EventSettings
@@ -142,7 +145,7 @@ def main() -> int:
             table = found[TableRef("dbo", "events")]
             start = max(start, admin.min_lsn(conn, table.instances[-1].name) or start)  # where the instance begins
             encoder = TableEncoder(table, table.columns, EventSettings())
-            statement = changes_sql(table.instances[-1], encoder, "function")
+            statement = changes_sql(table.instances[-1], encoder, args.mode).sql
             fetch, window = [], []
             for i in range(repeat):
                 began = time.perf_counter()
@@ -160,6 +163,7 @@ def main() -> int:
                     window=Window(seq=1, kind="stream", from_lsn=start, to_lsn=end, planned_at_ms=0),
                     sink_path=str(sink_root / f"{label}-{i}"),
                     options=CaptureOptions(max_changes_per_chunk=args.chunk),
+                    data_query_mode=args.mode,
                 )
                 began = time.perf_counter()
                 entry = run_job(spec, spark_provider=lambda: None)

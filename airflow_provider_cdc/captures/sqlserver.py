@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc import planning as core
@@ -57,9 +56,11 @@ class SqlServerCapture(Capture):
     # The ODBC driver's name (default "ODBC Driver 18 for SQL Server"; the connection's "driver" extra only
     # where [cdc] sqlserver_allow_driver_in_extra allows it: docs/sqlserver.md).
     odbc_driver: str | None = None
-    # Debezium's data.query.mode: "function" reads cdc.fn_cdc_get_all_changes_<instance>, "direct"
-    # the change table itself (ordered by __$command_id too).
-    data_query_mode: str = "function"
+    # Debezium's data.query.mode: "direct" (its default too, DBZ-9394) reads the change table in
+    # __$command_id order, the order Microsoft documents; "function" reads
+    # cdc.fn_cdc_get_all_changes_<instance> (no __$command_id) and re-reads from the change table a
+    # transaction whose __$seqval order is ambiguous (stream.seqval_order_is_ambiguous).
+    data_query_mode: str = "direct"
     # Debezium's snapshot.isolation.mode (the ones that need no table locks): docs/sqlserver.md.
     snapshot_isolation_mode: str = "snapshot"
     # The zone of the server's clock: cdc.lsn_time_mapping keeps local times (source.ts_ms).
@@ -92,12 +93,14 @@ class SqlServerCapture(Capture):
             raise CdcConfigurationError(
                 f"incremental_watermark_wait_seconds must be a number of seconds from 1 to 3600, got {wait!r}"
             )
-        try:
-            ZoneInfo(self.server_time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
+        from airflow_provider_cdc.cdc.sources.sqlserver.server_clock import zone_of
+
+        if not isinstance(self.server_time_zone, str):
             raise CdcConfigurationError(
-                f"server_time_zone {self.server_time_zone!r} is not a time zone name (e.g. 'UTC', 'Europe/Berlin')"
-            ) from None
+                f"server_time_zone must be an IANA time zone name (e.g. 'UTC', 'Europe/Berlin'), got "
+                f"{self.server_time_zone!r}"
+            )
+        zone_of(self.server_time_zone)
         if self.offset_store == "state_table":
             raise CdcConfigurationError(
                 "offset_store='state_table' keeps offsets in a PostgreSQL table; a SQL Server capture uses "
@@ -171,7 +174,7 @@ class SqlServerCapture(Capture):
         the DBA's (``sys.sp_cdc_enable_db`` / ``sp_cdc_enable_table``): nothing is created."""
         from airflow.sdk.exceptions import AirflowNotFoundException
 
-        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin, health, server_clock
         from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
 
         problems = Problems("setup")
@@ -218,6 +221,13 @@ class SqlServerCapture(Capture):
                 heading="missing permissions",
             )
             problems.add(admin.check_agent(conn), heading="the capture job is not running")
+            # Not a problem: a capture never needs the retention (it detects purges by min LSN); only the
+            # health operator reads it, so the grant is named here without failing setup.
+            retention_warning = health.retention_access_warning(conn)
+            if retention_warning is not None:
+                log.warning("capture %s: %s", self.topic_prefix, retention_warning)
+            with problems.check():  # commit times are the server's local time: read them in its zone
+                server_clock.check_server_zone(conn, self.server_time_zone)
             signal = self.signal_table_ref
             if signal is not None:
                 described, signal_problems = admin.describe_tables(conn, [signal], cdc_enabled=server.cdc_enabled)
@@ -266,17 +276,20 @@ class SqlServerCapture(Capture):
             "server_version": server.version,
             "capture_instances": {ref.data_collection: [i.name for i in t.instances] for ref, t in found.items()},
             "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in found.items()},
+            "retention_readable": retention_warning is None,
         }
 
     # -- runs ------------------------------------------------------------------------------------
 
     @contextmanager
     def open_run(self, log: logging.Logger) -> Iterator[SqlServerRun]:
-        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 
         hook = self.hook()
         with hook.capture_lock(self.topic_prefix) as conn:
             server = admin.server_info(conn)
+            # Every run: a zone that matched at setup can stop matching (the server moved, a DST rule).
+            server_clock.check_server_zone(conn, self.server_time_zone)
             run = SqlServerRun(self, hook, conn, self.identity(server.database_guid, server.database))
             run.tables = self.resolve_tables(conn)
             yield run
@@ -392,10 +405,17 @@ class SqlServerRun(SourceRun):
         """The window end that takes exactly the commits before ``until``: after the last commit whose
         ``tran_end_time`` is before it (``sys.fn_cdc_map_time_to_lsn('largest less than', ...)``, in the
         server's local time), never before the window's start."""
-        from airflow_provider_cdc.cdc.sources.sqlserver import admin
+        from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 
-        local = until.astimezone(ZoneInfo(self.capture.server_time_zone)).replace(tzinfo=None)
-        last = admin.map_time_to_lsn(self.conn, "largest less than", local)
+        zone = server_clock.zone_of(self.capture.server_time_zone)
+        local = server_clock.local_time(until, zone)
+        hour = server_clock.repeated_hour(local, zone)
+        # In a repeated hour (clocks going back) a local time names two instants: compare instants,
+        # from the commits of that hour in commit order, and take the last commit before the hour.
+        last = admin.map_time_to_lsn(self.conn, "largest less than", local if hour is None else hour[0])
+        in_hour = server_clock.last_commit_before(self.conn, zone, until)
+        if in_hour is not None:
+            last = max(SqlServerLsn(in_hour), last) if last is not None else SqlServerLsn(in_hour)
         end = SqlServerLsn(0) if last is None else last.next()
         return max(end, SqlServerLsn(start))
 

@@ -707,6 +707,9 @@ def test_registry_statements_run_on_the_standin(sqlserver):
         ("fn_cdc_increment_lsn", (low,)),
         ("fn_cdc_decrement_lsn", (high,)),
         ("map_lsn_to_time", (high,)),
+        ("start_lsn >= ? AND tran_id", (low,)),
+        ("start_lsn <= ? AND tran_end_time", (high, *probe, *probe)),
+        ("tran_end_time >= ? AND tran_end_time", (*probe, *probe)),
         ("lsn", (low, high)),
         ("OBJECT_ID(?)", ("dbo.orders",)),
         ("INFORMATION_SCHEMA", ("dbo", "orders")),
@@ -731,3 +734,132 @@ def test_every_recorded_statement_parses_as_tsql():
     recorded = RECORDER.statements()
     assert len(recorded) > 40
     assert RECORDER.invalid() == []
+
+
+# ------------------------------------------------------------------------------ batches, permissions, msdb
+
+
+def _results(cursor) -> list:
+    """Every result of the statement: rows (a result with columns) or the row count."""
+    out = []
+    while True:
+        out.append([tuple(r) for r in cursor.fetchall()] if cursor.description is not None else cursor.rowcount)
+        if not cursor.nextset():
+            return out
+
+
+def test_a_batch_runs_statement_by_statement_with_sql_servers_results(sqlserver):
+    """Variables live in the batch; DECLARE and SET send nothing; DML sends its row count unless SET
+    NOCOUNT is ON, which stays on for the session (KB 240882)."""
+    _orders(sqlserver, enable=False)
+    conn = sqlserver.connect()
+    cursor = conn.cursor()
+    cursor.execute("DECLARE @x int = 5; SET @x = @x + 1; SELECT @x AS x")
+    assert _results(cursor) == [[(6,)]]
+    cursor.execute("INSERT INTO [dbo].[orders] ([id]) VALUES (?); SELECT COUNT(*) FROM [dbo].[orders]", 1)
+    assert _results(cursor) == [1, [(1,)]]
+    cursor.execute("SET NOCOUNT ON; INSERT INTO [dbo].[orders] ([id]) VALUES (2); SELECT COUNT(*) FROM [dbo].[orders]")
+    assert _results(cursor) == [[(2,)]]
+    cursor.execute("UPDATE [dbo].[orders] SET [name] = N'x'; SELECT COUNT(*) FROM [dbo].[orders]")  # still ON
+    assert _results(cursor) == [[(2,)]]
+    cursor.execute("SET NOCOUNT OFF; DELETE FROM [dbo].[orders] WHERE [id] = 2; SELECT COUNT(*) FROM [dbo].[orders]")
+    assert _results(cursor) == [1, [(1,)]]
+    with pytest.raises(pyodbc.Error, match=r'Must declare the scalar variable "@y"'):
+        cursor.execute("DECLARE @x int; SELECT @y")
+    conn.close()
+
+
+def test_sp_getapplock_return_codes(sqlserver):
+    """0 granted at once, -1 not granted within @LockTimeout (0: no wait), 1 granted after waiting,
+    -999 a bad parameter (sp_getapplock's page, Return code values); a session lock is held until
+    released or the session ends."""
+    take = (
+        "SET NOCOUNT ON; DECLARE @r int; EXEC @r = sys.sp_getapplock @Resource = N'res', @LockMode = N'{mode}', "
+        "@LockOwner = N'Session', @LockTimeout = {timeout}; SELECT @r AS r"
+    )
+    first, second = sqlserver.connect(), sqlserver.connect()
+    assert _results(first.cursor().execute(take.format(mode="Exclusive", timeout=0))) == [[(0,)]]
+    assert _results(second.cursor().execute(take.format(mode="Exclusive", timeout=0))) == [[(-1,)]]
+    assert _results(second.cursor().execute(take.format(mode="Exclusive", timeout=200))) == [[(-1,)]]
+    assert _results(second.cursor().execute(take.format(mode="Sideways", timeout=0))) == [[(-999,)]]
+    import threading
+
+    threading.Timer(0.3, first.close).start()  # the session ends: its lock goes
+    assert _results(second.cursor().execute(take.format(mode="Exclusive", timeout=5000))) == [[(1,)]]
+    # Without NOCOUNT the procedure's own DML row count comes before the SELECT (a stand-in guess).
+    cursor = second.cursor().execute(
+        "SET NOCOUNT OFF; DECLARE @r int; EXEC @r = sys.sp_getapplock @Resource = N'res', @LockMode = N'Exclusive', "
+        "@LockOwner = N'Session', @LockTimeout = 0; SELECT @r AS r"
+    )
+    assert _results(cursor) == [1, [(0,)]]
+    second.cursor().execute("EXEC sys.sp_releaseapplock @Resource = N'res', @LockOwner = N'Session'")
+    second.close()
+
+
+def test_reading_change_data_needs_select_on_the_captured_columns_and_the_gating_role(sqlserver):
+    """fn_cdc_get_min_lsn's Permissions: SELECT on all captured columns of the source table and
+    membership of the gating role, which sp_cdc_enable_table creates when it does not exist."""
+    sqlserver.execute_tsql(ORDERS)
+    sqlserver.enable_db()
+    sqlserver.enable_table("dbo", "orders", role_name="orders_gate", captured_column_list="[id], [name]")
+    assert sqlserver.admin_query("SELECT count(*) FROM pg_roles WHERE rolname = 'orders_gate'") == [(1,)]
+    sqlserver.execute_tsql("INSERT INTO [dbo].[orders] ([id], [name]) VALUES (1, N'a')")
+    sqlserver.wait_until_captured()
+    sqlserver.create_login("gated_reader", "s3cret!")
+    sqlserver.execute_tsql("GRANT SELECT ON SCHEMA::[cdc] TO [gated_reader]")
+    conn = pyodbc.connect(sqlserver.connection_string(user="gated_reader", password="s3cret!"), autocommit=True)
+    low = sqlserver.execute_tsql("SELECT sys.fn_cdc_get_min_lsn(N'dbo_orders')")[0][0]
+    high = sqlserver.execute_tsql("SELECT sys.fn_cdc_get_max_lsn()")[0][0]
+
+    def readable() -> bool:
+        return conn.execute("SELECT sys.fn_cdc_get_min_lsn(N'dbo_orders')").fetchone()[0] != ZERO_LSN
+
+    assert not readable()
+    assert [tuple(r) for r in conn.execute("SELECT capture_instance, role_name FROM cdc.change_tables")] == [
+        ("dbo_orders", "orders_gate")  # the metadata table shows it (the cdc schema grant)
+    ]
+    assert conn.execute("EXEC sys.sp_cdc_help_change_data_capture").fetchall() == []  # only readable instances
+    _raises_sqlserver_error(229, lambda: conn.execute(ALL_CHANGES, low, high).fetchall())
+    assert conn.execute("SELECT IS_MEMBER(N'orders_gate')").fetchone()[0] == 0
+    sqlserver.execute_tsql("ALTER ROLE [orders_gate] ADD MEMBER [gated_reader]")
+    assert conn.execute("SELECT IS_MEMBER(N'orders_gate')").fetchone()[0] == 1
+    assert not readable()  # membership without SELECT on the source's captured columns
+    sqlserver.execute_tsql("GRANT SELECT ([id]) ON [dbo].[orders] TO [gated_reader]")
+    assert not readable()  # [name] is captured too
+    sqlserver.execute_tsql("GRANT SELECT ([name]) ON [dbo].[orders] TO [gated_reader]")
+    assert readable()  # [amount] and [created] are not captured: not needed
+    assert len(conn.execute(ALL_CHANGES, low, high).fetchall()) == 1
+    assert [r[2] for r in conn.execute("EXEC sys.sp_cdc_help_change_data_capture").fetchall()] == ["dbo_orders"]
+    sqlserver.execute_tsql("ALTER ROLE [orders_gate] DROP MEMBER [gated_reader]")
+    assert not readable()
+    conn.close()
+
+
+def test_msdb_cdc_jobs_needs_a_grant_in_msdb_and_sp_cdc_help_jobs_needs_db_owner(sqlserver):
+    _orders(sqlserver)
+    sqlserver.create_login("jobs_reader", "s3cret!")
+    conn = pyodbc.connect(sqlserver.connection_string(user="jobs_reader", password="s3cret!"), autocommit=True)
+    query = "SELECT job_type, retention FROM msdb.dbo.cdc_jobs ORDER BY job_type"
+    _, _, message = _raises_sqlserver_error(229, lambda: conn.execute(query).fetchall())
+    assert "object 'cdc_jobs', database 'msdb'" in message
+    _raises_sqlserver_error(22904, lambda: conn.execute("EXEC sys.sp_cdc_help_jobs").fetchall())
+    sqlserver.grant_msdb_cdc_jobs("jobs_reader")
+    assert [tuple(r) for r in conn.execute(query).fetchall()] == [("capture", 0), ("cleanup", 4320)]
+    jobs = sqlserver.execute_tsql("EXEC sys.sp_cdc_help_jobs")  # the superuser: db_owner
+    assert [(r[1], r[7]) for r in jobs] == [("capture", 0), ("cleanup", 4320)]
+    conn.close()
+
+
+def test_azure_sql_database_refuses_three_part_names_into_msdb(pg15):
+    from tests.support.sqlserver import SqlServerStandIn
+
+    with SqlServerStandIn(pg15, "ss_azure_msdb", azure_sql_database=True, recorder=RECORDER) as azure:
+        azure.enable_db()
+        conn = azure.connect()
+        _, sqlstate, message = _raises_sqlserver_error(
+            40515, lambda: conn.execute("SELECT retention FROM msdb.dbo.cdc_jobs").fetchall()
+        )
+        assert sqlstate == "42000"
+        assert "Reference to database and/or server name in 'msdb.dbo.cdc_jobs' is not supported" in message
+        assert [r[1] for r in conn.execute("EXEC sys.sp_cdc_help_jobs").fetchall()] == ["capture", "cleanup"]
+        conn.close()

@@ -284,7 +284,7 @@ with DAG({dag_id!r}, schedule=None):
         ),
         pytest.param(
             {"server_time_zone": "Mars/Olympus_Mons"},
-            ["server_time_zone 'Mars/Olympus_Mons' is not a time zone name (e.g. 'UTC', 'Europe/Berlin')"],
+            ["server_time_zone 'Mars/Olympus_Mons' is not an IANA time zone name (e.g. 'UTC', 'Europe/Berlin'"],
             id="unknown-server-time-zone",
         ),
         pytest.param(
@@ -381,6 +381,13 @@ def _paused(source: Source, capture: SqlServerCapture) -> Callable[[], None]:
     return source.standin.resume_capture
 
 
+def _view_server_state(source: Source, login: str) -> Callable[[], None]:
+    # sys.dm_server_services needs VIEW SERVER STATE (docs/sqlserver.md's optional grant): without it
+    # the login cannot see the Agent at all, as on SQL Server (docs/sqlserver-standin.md, Sources).
+    source.standin.execute_tsql(f"GRANT VIEW SERVER STATE TO [{login}];")
+    return lambda: source.standin.execute_tsql(f"REVOKE VIEW SERVER STATE FROM [{login}];")
+
+
 def _snapshot_isolation_off(source: Source, capture: SqlServerCapture) -> Callable[[], None]:
     source.standin.set_snapshot_isolation(False)
     return lambda: source.standin.set_snapshot_isolation(True)
@@ -464,8 +471,9 @@ SETUP_CASES = {
         (
             "missing permissions:",
             "the capture login (database user [ss_bi_noselect]) cannot SELECT from [dbo].[customers], "
-            "[dbo].[orders], which the snapshot reads (SQL Server error 229). Run: GRANT SELECT ON [dbo].[customers] "
-            "TO [ss_bi_noselect]; GRANT SELECT ON [dbo].[orders] TO [ss_bi_noselect];",
+            "[dbo].[orders], which the snapshot reads (SQL Server error 229 or 230). Run: "
+            "GRANT SELECT ON [dbo].[customers] TO [ss_bi_noselect]; "
+            "GRANT SELECT ON [dbo].[orders] TO [ss_bi_noselect];",
             "cannot read the changes of capture instance(s) 'dbo_customers', 'dbo_orders': The SELECT permission "
             "was denied on the object 'dbo_customers_CT'",
             "(229). Run: GRANT SELECT ON SCHEMA::[cdc] TO [ss_bi_noselect];",
@@ -608,6 +616,7 @@ def test_setup_reports_every_problem_in_one_error_before_anything_is_written(src
     undo = [
         _offset_of_another_database(src, capture),
         _snapshot_isolation_off(src, capture),
+        _view_server_state(src, "ss_bi_noselect"),
         _paused(src, capture),
     ]
     try:

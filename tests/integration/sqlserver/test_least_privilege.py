@@ -12,8 +12,8 @@ that database access itself is the one explicit grant ``CREATE USER ... FOR LOGI
 optional ``VIEW SERVER STATE`` is left out: the DAG must run without it.
 
 What the stand-in cannot show (docs/sqlserver-standin.md, Permissions): db_owner and gating-role
-semantics, the CDC procedures' own permission checks, VIEW SERVER STATE gating
-``sys.dm_server_services``, and which catalog objects a real login without the cdc grant can read.
+semantics, the CDC procedures' own permission checks, and which catalog objects a real login
+without the cdc grant can read.
 """
 
 from __future__ import annotations
@@ -53,12 +53,18 @@ def documented_block() -> list[tuple[str, str]]:
     return lines
 
 
-def documented_grants(login: str, tables: list[str]) -> tuple[list[str], list[str]]:
-    """The docs' GRANT statements for ``login``: (required, optional). The docs grant on their one
-    example table; that statement is made once per captured table."""
+def documented_grants(login: str, tables: list[str], *, database: str = "shop") -> tuple[list[str], list[str]]:
+    """The docs' GRANT statements for ``login`` in ``database`` (the block's ``USE`` lines say which
+    database a statement runs in): (required, optional). The docs grant on their one example table;
+    that statement is made once per captured table."""
     required, optional = [], []
+    current = None
     for statement, comment in documented_block():
-        if not statement.upper().startswith("GRANT"):
+        used = re.match(r"USE (\w+);$", statement)
+        if used:
+            current = used.group(1)
+            continue
+        if current != database or not statement.upper().startswith("GRANT"):
             continue
         assert re.search(rf"\bTO {DOCS_LOGIN};$", statement), statement
         statement = statement.replace(f"TO {DOCS_LOGIN};", f"TO {login};")
@@ -79,6 +85,9 @@ def test_the_documented_grants_are_what_this_test_runs():
         "GRANT SELECT ON SCHEMA::cdc TO x;",
     ]
     assert optional == ["GRANT VIEW SERVER STATE TO x;"]
+    # In msdb, for the retention health check: a database user and SELECT on the job table.
+    assert "USE msdb;" in statements
+    assert documented_grants("x", [], database="msdb") == (["GRANT SELECT ON dbo.cdc_jobs TO x;"], [])
 
 
 def load_example_dag():
@@ -137,6 +146,11 @@ class LeastPrivileged:
         self.required, self.optional = documented_grants(self.login, self.tables)
         for statement in self.required:  # T-SQL, through the stand-in's translation
             standin.execute_tsql(statement)
+        # The docs' msdb grant: the stand-in has one database, so its msdb job table is granted by name.
+        assert documented_grants(self.login, [], database="msdb")[0] == [
+            f"GRANT SELECT ON dbo.cdc_jobs TO {self.login};"
+        ]
+        standin.grant_msdb_cdc_jobs(self.login)
         self.granted = privileges(standin, self.login)
         self.conn_id = f"lp_{standin.database}"
         monkeypatch.setenv(
@@ -161,7 +175,10 @@ class LeastPrivileged:
             )
         }
         holder = self.standin.admin_query("SELECT standin.schema_permission_role('cdc', 'SELECT')")[0][0]
-        return ({("table", t, "SELECT") for t in self.tables} | cdc | {("member of", holder, "")}) - self.baseline
+        msdb = {("table", "standin.msdb_cdc_jobs", "SELECT")}
+        return (
+            {("table", t, "SELECT") for t in self.tables} | cdc | msdb | {("member of", holder, "")}
+        ) - self.baseline
 
 
 def connection(standin, **changes) -> str:
@@ -289,9 +306,9 @@ def test_each_documented_grant_is_needed(least):
     assert sorted(result["key_columns"]) == ["dbo.customers", "dbo.orders"], result
 
 
-def test_view_server_state_is_recorded_not_enforced(sqlserver):
-    """The optional grant translates, and HAS_PERMS_BY_NAME reports it; the stand-in lets every login
-    read sys.dm_server_services with or without it (SQL Server refuses the view without it)."""
+def test_view_server_state_is_recorded_and_gates_the_agent_view(sqlserver):
+    """The optional grant translates, HAS_PERMS_BY_NAME reports it, and sys.dm_server_services needs
+    it: error 300 without it, as on SQL Server (Learn, sys.dm_server_services, Permissions)."""
     import pyodbc
 
     login, password = f"vss_{sqlserver.database}"[:63], "Pw-" + secrets.token_urlsafe(12)
@@ -302,10 +319,12 @@ def test_view_server_state_is_recorded_not_enforced(sqlserver):
         check = "SELECT HAS_PERMS_BY_NAME(NULL, NULL, 'VIEW SERVER STATE')"
         assert conn.execute(check).fetchone()[0] == 0
         agent = "SELECT status_desc FROM sys.dm_server_services WHERE servicename LIKE N'SQL Server Agent%'"
-        assert conn.execute(agent).fetchone()[0] == "Running"  # not gated: not what SQL Server does
+        with pytest.raises(pyodbc.Error, match=r"VIEW SERVER STATE permission was denied.*\(300\)"):
+            conn.execute(agent).fetchall()
         for statement in optional:
             sqlserver.execute_tsql(statement)
         assert conn.execute(check).fetchone()[0] == 1
+        assert conn.execute(agent).fetchone()[0] == "Running"
         sqlserver.execute_tsql(f"REVOKE VIEW SERVER STATE FROM [{login}];")
         assert conn.execute(check).fetchone()[0] == 0
     finally:

@@ -6,6 +6,36 @@ transaction touching a captured table writes one ``cdc.lsn_time_mapping`` row an
 all with ``__$start_lsn`` = the transaction's commit LSN and ``__$seqval`` ordering the changes.
 A transaction is only taken once it committed at least ``lag`` seconds ago (capture latency);
 while paused (Agent stopped, or the capture job stopped) nothing is captured.
+
+What SQL Server stores, and where the stand-in takes it from (docs/sqlserver-standin.md):
+
+- An update of a column of a unique or clustered index (the primary key, a UNIQUE constraint) is a
+  *deferred update*, stored as a delete (1) and an insert (2), not as 3/4: KB302341 ("If you update
+  any column that is part of a unique or clustered index, SQL Server implements the update as a
+  deferred update ... a pair of DELETE and INSERT operations"; trace flag 8207 changes that for
+  single-row updates, and is off) and KB3030352 (CDC: "When you update a row, there are two rows in
+  the change table, with delete and insert for __$operation").
+- ``__$command_id`` orders a transaction's changes; ``__$seqval`` does not ("Should not be used for
+  ordering. Instead, use the __$command_id column": Learn, cdc.<capture_instance>_CT). For a
+  multi-row deferred update all of the statement's deletes come before its inserts in
+  ``__$command_id`` order, while ``__$seqval`` keeps each row's delete and insert together
+  (Debezium's SqlServerDataQueryModeIT, dbz#2012, run on SQL Server: "function mode keeps each
+  row's delete and insert together ... direct mode records all deletes before its inserts"), and
+  the delete and insert of a row carry different ``__$command_id`` values (Debezium's
+  sqlserver.adoc, event_serial_no, dbz#2012). A single-row key update keeps one ``__$seqval`` for
+  both rows (same source); rows of a multi-row one get two ("If we perform PK updates in bulk, the
+  seqvals are different for the delete and insert events", debezium/debezium#7728).
+- Within a row's pair the insert may come first in ``__$seqval`` order (KB3030352: "an insert
+  operation may unexpectedly appear before a delete operation"). When, is a guess from the sibling
+  feature's KB4135113 (change tracking reads the same log): the insert comes first when the unique
+  value moves down ("changed from a larger to a smaller value ... the insert operation before the
+  delete operation"), the delete first when it moves up.
+- Statements are told apart by a transactional logical message that a statement-level trigger on
+  every stand-in table writes before each INSERT/UPDATE/DELETE (``standin.statement_marker``).
+- Columns a change row does not carry (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>,
+  Remarks): computed columns are always NULL; ``image``/``text``/``ntext`` are NULL when
+  ``__$operation`` is 1 or 3; ``varbinary(max)``/``varchar(max)``/``nvarchar(max)`` are NULL when
+  ``__$operation`` is 3 unless the column changed (and carry their value for 1).
 """
 
 from __future__ import annotations
@@ -17,6 +47,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 import psycopg
 
@@ -40,6 +71,7 @@ _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE|TRUNCA
 _FIELD = re.compile(
     r"(?P<name>\"(?:[^\"]|\"\")*\"|[^\s\[\"]+)\[(?P<type>[^\]]*)\]:(?P<value>'(?:[^']|'')*'|\S+)", re.DOTALL
 )
+_MESSAGE = re.compile(r"^message: transactional: 1 prefix: standin\.statement, ")
 _COMMIT = re.compile(r"^COMMIT (?P<xid>\d+)(?: \(at (?P<ts>.+)\))?$")
 _BEGIN = re.compile(r"^BEGIN (?P<xid>\d+)$")
 _UNCHANGED = object()
@@ -73,6 +105,9 @@ class _Change:
     new: dict[str, object] | None
 
 
+_STATEMENT = "STATEMENT"  # a _Change that only marks where the next statement starts
+
+
 @dataclass
 class _Transaction:
     xid: int
@@ -89,6 +124,8 @@ class _Instance:
     start_lsn: bytes
     columns: list[tuple[str, str]]  # (name, pg type) in captured-column ordinal order
     key_columns: list[str]
+    unique_columns: frozenset[str] = frozenset()  # columns of the primary key or any unique index
+    uncarried: dict[str, str] = field(default_factory=dict)  # column -> "computed" | "lob" | "max"
 
 
 class CaptureJob:
@@ -201,10 +238,10 @@ class CaptureJob:
                 "current_lsn, end_lsn, "
                 "tran_count, last_commit_lsn, last_commit_time, log_record_count, command_count, first_begin_cdc_lsn, "
                 "last_commit_cdc_lsn, last_commit_cdc_time, latency) VALUES "
-                "(standin.round_datetime(to_timestamp(%s)::timestamp), "
+                "(standin.capture_time(to_timestamp(%s)), "
                 "sys.getdate(), %s, %s, %s, %s, %s, %s, "
-                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s, %s, %s, "
-                "standin.round_datetime(%s::timestamptz::timestamp), %s)",
+                "standin.capture_time(%s::timestamptz), %s, %s, %s, %s, "
+                "standin.capture_time(%s::timestamptz), %s)",
                 (
                     started,
                     int(time.time() - started),
@@ -243,6 +280,9 @@ class CaptureJob:
                 current.commit_time = m.group("ts")
                 current = None
                 continue
+            if _MESSAGE.match(data) and current is not None:
+                current.changes.append(_Change(lsn, "", _STATEMENT, None, None))
+                continue
             m = _CHANGE.match(data)
             if m and current is not None:
                 op, rest = m.group("op"), m.group("rest")
@@ -263,7 +303,7 @@ class CaptureJob:
     @staticmethod
     def _instances(conn: psycopg.Connection) -> dict[str, list[_Instance]]:
         rows = conn.execute(
-            """SELECT ct.capture_instance, format('%s.%s', quote_ident(n.nspname), quote_ident(c.relname)),
+            r"""SELECT ct.capture_instance, format('%s.%s', quote_ident(n.nspname), quote_ident(c.relname)),
                       ct.start_lsn,
                       (SELECT array_agg(cc.column_name::text ORDER BY cc.column_ordinal)
                          FROM cdc.captured_columns cc WHERE cc.object_id = ct.object_id),
@@ -273,66 +313,43 @@ class CaptureJob:
                         WHERE cc.object_id = ct.object_id),
                       coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i
                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-                        WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
+                        WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
+                      coalesce((SELECT array_agg(DISTINCT a.attname::text) FROM pg_index i
+                         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                        WHERE i.indrelid = c.oid AND i.indisunique), '{}'),
+                      coalesce((SELECT array_agg(ARRAY[a.attname::text,
+                                   CASE WHEN a.attgenerated <> '' THEN 'computed'
+                                        WHEN d.declared IN ('text', 'ntext', 'image') THEN 'lob' ELSE 'max' END])
+                         FROM pg_attribute a LEFT JOIN standin.declared_columns d
+                           ON d.relid = a.attrelid AND d.column_name = a.attname
+                        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                          AND (a.attgenerated <> '' OR d.declared IN ('text', 'ntext', 'image')
+                               OR d.declared ~ '\(max\)$')), '{}')
                FROM cdc.change_tables ct JOIN pg_class c ON c.oid = ct.source_object_id::oid
                JOIN pg_namespace n ON n.oid = c.relnamespace"""
         ).fetchall()
         found: dict[str, list[_Instance]] = {}
-        for name, key, start_lsn, cols, types, keys in rows:
+        for name, key, start_lsn, cols, types, keys, unique, uncarried in rows:
             found.setdefault(key, []).append(
-                _Instance(name, key, bytes(start_lsn), list(zip(cols or [], types or [])), keys)
+                _Instance(
+                    name,
+                    key,
+                    bytes(start_lsn),
+                    list(zip(cols or [], types or [])),
+                    keys,
+                    frozenset(unique),
+                    dict(uncarried),
+                )
             )
         return found
 
     def _capture(self, conn: psycopg.Connection, txn: _Transaction, instances: dict[str, list[_Instance]]) -> int:
         commit = lsnlib.from_pg(txn.commit_lsn)
         rows_by_instance: dict[str, list[tuple]] = {}
+        slots: dict[str, int] = {}
         command_id = 0
-        slot_counts: dict[str, int] = {}
-        for change in txn.changes:
-            targets = [i for i in instances.get(change.table, []) if i.start_lsn < commit]
-            if not targets or change.op == "TRUNCATE":
-                continue
-            command_id += 1
-            slot = slot_counts.get(change.lsn, 0)
-            slot_counts[change.lsn] = slot + 1
-            seqval = lsnlib.from_pg(change.lsn, slot)
-            for inst in targets:
-                names = [c for c, _ in inst.columns]
-                out = rows_by_instance.setdefault(inst.name, [])
-                if change.op == "INSERT":
-                    out.append(
-                        (
-                            seqval,
-                            2,
-                            _mask(len(names), range(1, len(names) + 1)),
-                            [change.new.get(c) for c in names],
-                            command_id,
-                        )
-                    )
-                elif change.op == "DELETE":
-                    out.append(
-                        (
-                            seqval,
-                            1,
-                            _mask(len(names), range(1, len(names) + 1)),
-                            [change.old.get(c) for c in names],
-                            command_id,
-                        )
-                    )
-                else:
-                    old = change.old or change.new
-                    new = {k: (old.get(k) if v is _UNCHANGED else v) for k, v in change.new.items()}
-                    changed = [i + 1 for i, c in enumerate(names) if old.get(c) != new.get(c)]
-                    if any(old.get(k) != new.get(k) for k in inst.key_columns):
-                        # a key update is captured as delete + insert (what Debezium documents)
-                        full = _mask(len(names), range(1, len(names) + 1))
-                        out.append((seqval, 1, full, [old.get(c) for c in names], command_id))
-                        out.append((seqval, 2, full, [new.get(c) for c in names], command_id))
-                    else:
-                        mask = _mask(len(names), changed)
-                        out.append((seqval, 3, mask, [old.get(c) for c in names], command_id))
-                        out.append((seqval, 4, mask, [new.get(c) for c in names], command_id))
+        for statement in _statements(txn.changes):
+            command_id = self._capture_statement(statement, instances, commit, slots, command_id, rows_by_instance)
         if not rows_by_instance:
             return 0
         with conn.transaction():
@@ -352,14 +369,127 @@ class CaptureJob:
                             for seq, op, mask, values, cid in rows
                         ],
                     )
+            # Commit times in the server's local time, as datetime (clock.sql: standin.capture_time).
             conn.execute(
                 "INSERT INTO cdc.lsn_time_mapping (start_lsn, tran_begin_time, tran_end_time, tran_id, tran_begin_lsn) "
-                "VALUES (%s, standin.round_datetime(%s::timestamptz::timestamp), "
-                "standin.round_datetime(%s::timestamptz::timestamp), %s, %s) "
+                "VALUES (%s, standin.capture_time(%s::timestamptz), standin.capture_time(%s::timestamptz), %s, %s) "
                 "ON CONFLICT (start_lsn) DO NOTHING",
                 (commit, txn.commit_time, txn.commit_time, txn.xid.to_bytes(10, "big"), lsnlib.from_pg(txn.begin_lsn)),
             )
         return sum(len(r) for r in rows_by_instance.values())
+
+    @staticmethod
+    def _capture_statement(
+        statement: list[_Change],
+        instances: dict[str, list[_Instance]],
+        commit: bytes,
+        slots: dict[str, int],
+        command_id: int,
+        out: dict[str, list[tuple]],
+    ) -> int:
+        """One statement's change rows: ``(seqval, operation, mask, values, command_id)`` per instance.
+        Returns the last ``__$command_id`` used. Deferred updates put all the statement's deletes
+        before its inserts in ``__$command_id`` order (see the module docstring)."""
+
+        def seqval(lsn: str) -> bytes:
+            slot = slots.get(lsn, 0)
+            slots[lsn] = slot + 1
+            return lsnlib.from_pg(lsn, slot)
+
+        captured = [(c, [i for i in instances.get(c.table, []) if i.start_lsn < commit]) for c in statement]
+        captured = [(c, targets) for c, targets in captured if targets and c.op != "TRUNCATE"]
+        splits = sum(1 for c, targets in captured if c.op == "UPDATE" and _is_deferred(c, targets[0]))
+        later: list[tuple[_Change, list[_Instance], bytes, tuple]] = []  # the inserts of deferred updates
+        for change, targets in captured:
+            if change.op in ("INSERT", "DELETE"):
+                command_id += 1
+                operation, image = (2, change.new) if change.op == "INSERT" else (1, change.old)
+                _emit(out, targets, seqval(change.lsn), operation, None, image, command_id)
+                continue
+            old = change.old or change.new
+            new = {k: (old.get(k) if v is _UNCHANGED else v) for k, v in change.new.items()}
+            if _is_deferred(change, targets[0]):
+                first, second = seqval(change.lsn), None
+                if splits > 1:
+                    second = seqval(change.lsn)
+                    if _moves_down(old, new, targets[0]):
+                        first, second = second, first  # the insert is logged first (KB4135113)
+                command_id += 1
+                _emit(out, targets, first, 1, None, old, command_id)
+                later.append((change, targets, second or first, new))
+                continue
+            command_id += 1
+            seq = seqval(change.lsn)
+            changed = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
+            _emit(out, targets, seq, 3, changed, old, command_id)
+            _emit(out, targets, seq, 4, changed, new, command_id)
+        for _change, targets, seq, new in later:
+            command_id += 1
+            _emit(out, targets, seq, 2, None, new, command_id)
+        return command_id
+
+
+def _statements(changes: list[_Change]) -> list[list[_Change]]:
+    """The transaction's changes cut at the statement markers."""
+    out: list[list[_Change]] = [[]]
+    for change in changes:
+        if change.op == _STATEMENT:
+            out.append([])
+        else:
+            out[-1].append(change)
+    return [s for s in out if s]
+
+
+def _is_deferred(change: _Change, inst: _Instance) -> bool:
+    """An update of a column of a unique or clustered index (KB302341)."""
+    if change.op != "UPDATE" or change.old is None:
+        return False
+    return any(
+        change.old.get(c) != change.new.get(c) for c in inst.unique_columns if change.new.get(c) is not _UNCHANGED
+    )
+
+
+def _moves_down(old: dict[str, object], new: dict[str, object], inst: _Instance) -> bool:
+    """Whether the first changed unique column's value gets smaller (guess, from KB4135113)."""
+    for column in sorted(inst.unique_columns):
+        before, after = old.get(column), new.get(column)
+        if before != after and before is not None and after is not None:
+            try:
+                return Decimal(str(after)) < Decimal(str(before))
+            except InvalidOperation:
+                return str(after) < str(before)
+    return False
+
+
+def _emit(
+    out: dict[str, list[tuple]],
+    targets: list[_Instance],
+    seqval: bytes,
+    operation: int,
+    changed: set[str] | None,
+    image: dict[str, object],
+    command_id: int,
+) -> None:
+    """One change row per instance; ``changed`` None: every column (insert, delete, deferred update)."""
+    for inst in targets:
+        names = [c for c, _ in inst.columns]
+        ordinals = range(1, len(names) + 1) if changed is None else [i + 1 for i, c in enumerate(names) if c in changed]
+        values = [_carried(inst, c, operation, changed, image.get(c)) for c in names]
+        out.setdefault(inst.name, []).append((seqval, operation, _mask(len(names), ordinals), values, command_id))
+
+
+def _carried(inst: _Instance, column: str, operation: int, changed: set[str] | None, value: object) -> object:
+    """What SQL Server stores for a column (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>,
+    Remarks): computed columns always NULL; image/text/ntext NULL for 1 and 3; (max) types NULL for 3
+    unless the column changed."""
+    kind = inst.uncarried.get(column)
+    if kind == "computed":
+        return None
+    if kind == "lob" and operation in (1, 3):
+        return None
+    if kind == "max" and operation == 3 and changed is not None and column not in changed:
+        return None
+    return value
 
 
 def _text(value: object) -> str | None:

@@ -141,6 +141,22 @@ CREATE FUNCTION standin.to_datetime(ts timestamp) RETURNS timestamp(3) LANGUAGE 
     SELECT standin.round_datetime(ts)
 $$;
 
+-- Statement boundaries for the capture job (capture.py): SQL Server numbers a transaction's changes
+-- with __$command_id per statement; PostgreSQL's logical decoding does not show statements, so a
+-- statement-level trigger on every stand-in table writes a transactional logical message before each
+-- INSERT/UPDATE/DELETE. SECURITY DEFINER: pg_logical_emit_message is not granted to PUBLIC.
+CREATE FUNCTION standin.statement_marker() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog AS $$
+BEGIN
+    PERFORM pg_logical_emit_message(true, 'standin.statement', '');
+    RETURN NULL;
+END $$;
+
+-- Computed columns (<col> AS (<expr>), translate.py) are stored generated columns.
+CREATE FUNCTION standin.is_computed(rel oid, col text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT a.attgenerated <> '' FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = col), false)
+$$;
+
 -- Rebuilds a table's write-time normalizer (trigger) from its declared columns.
 CREATE FUNCTION standin.refresh_normalizer(rel regclass) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -159,6 +175,8 @@ BEGIN
             ELSE '' END;
     END LOOP;
     EXECUTE format('DROP TRIGGER IF EXISTS standin_normalize ON %s', rel);
+    EXECUTE format('CREATE OR REPLACE TRIGGER standin_statement BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION standin.statement_marker()', rel);
     IF body <> '' THEN
         EXECUTE format('CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN %s RETURN NEW; END $f$', fn, body);
         EXECUTE format('CREATE TRIGGER standin_normalize BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()', rel, fn);
@@ -259,7 +277,7 @@ CREATE FUNCTION sys.fn_cdc_get_column_ordinal(capture_instance text, column_name
 $$;
 CREATE FUNCTION sys.fn_cdc_is_bit_set("position" integer, update_mask bytea) RETURNS boolean LANGUAGE sql IMMUTABLE STRICT AS $$
     SELECT $1 BETWEEN 1 AND length($2) * 8
-       AND get_bit($2, (length($2) - 1 - ($1 - 1) / 8) * 8 + 7 - ($1 - 1) % 8) = 1
+       AND get_bit($2, (length($2) - 1 - ($1 - 1) / 8) * 8 + ($1 - 1) % 8) = 1  -- get_bit counts from a byte's low bit
 $$;
 CREATE FUNCTION sys.fn_cdc_has_column_changed(capture_instance text, column_name text, update_mask bytea) RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT sys.fn_cdc_is_bit_set(sys.fn_cdc_get_column_ordinal($1, $2), $3)
@@ -285,6 +303,15 @@ DECLARE
     low bytea := (SELECT start_lsn FROM cdc.change_tables WHERE capture_instance = ci);
     high bytea := sys.fn_cdc_get_max_lsn();
 BEGIN
+    -- cdc.fn_cdc_get_all_changes_<ci>: the caller must be able to read the instance (standin.can_read_instance);
+    -- "When the caller does not have permission to view the source data, the function returns error 229
+    -- ("The SELECT permission was denied on the object 'fn_cdc_get_all_changes_...', database
+    -- '<DatabaseName>', schema 'cdc'.")" (learn.microsoft.com/en-us/sql/relational-databases/system-functions/
+    -- cdc-fn-cdc-get-all-changes-capture-instance-transact-sql, Permissions).
+    IF NOT standin.can_read_instance(ci) THEN
+        PERFORM standin.raise_error(229, format('The SELECT permission was denied on the object ''%s'', database ''%s'', schema ''cdc''.',
+                                                lower('fn_cdc_get_all_changes_' || ci), current_database()));
+    END IF;
     IF from_lsn IS NULL OR to_lsn IS NULL OR high IS NULL OR low IS NULL
        OR from_lsn < low OR to_lsn > high OR from_lsn > to_lsn
        OR lower(row_filter_option) NOT IN ('all', 'all update old') THEN
@@ -293,8 +320,16 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------- permissions (HAS_PERMS_BY_NAME)
--- Change data is readable when the caller can SELECT the change table and, with a gating role,
--- is a member of it (superusers stand for sysadmin/db_owner).
+-- Who may read an instance's change data (sys.fn_cdc_get_min_lsn, cdc.fn_cdc_get_all_changes_<ci>,
+-- sys.sp_cdc_help_change_data_capture): "Requires membership in the sysadmin fixed server role or
+-- db_owner fixed database role. For all other users, requires SELECT permission on all captured
+-- columns in the source table and, if a gating role for the capture instance was defined, membership
+-- in that database role." (learn.microsoft.com/en-us/sql/relational-databases/system-functions/
+-- sys-fn-cdc-get-min-lsn-transact-sql, Permissions; the same rule: "Security Model", Change Enumeration
+-- and Metadata Queries, learn.microsoft.com/en-us/previous-versions/sql/sql-server-2008-r2/cc645961(v=sql.105)).
+-- Superusers stand for sysadmin/db_owner; SELECT on a column is PostgreSQL's column privilege (a
+-- table-level grant includes every column). Reading the change table cdc.<ci>_CT itself is a
+-- separate, ordinary SELECT permission (the cdc schema grant).
 CREATE FUNCTION standin.can_read_instance(ci text) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 DECLARE
     r record;
@@ -302,8 +337,47 @@ BEGIN
     SELECT * INTO r FROM cdc.change_tables WHERE capture_instance = ci;
     IF NOT FOUND THEN RETURN false; END IF;
     IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN RETURN true; END IF;
-    IF NOT has_table_privilege(format('cdc.%I', ci || '_CT'), 'SELECT') THEN RETURN false; END IF;
-    RETURN r.role_name IS NULL OR pg_has_role(current_user, r.role_name, 'MEMBER');
+    IF EXISTS (SELECT 1 FROM cdc.captured_columns cc
+               JOIN pg_attribute a ON a.attrelid = r.source_object_id::oid AND a.attname = cc.column_name
+                                  AND NOT a.attisdropped
+               WHERE cc.object_id = r.object_id AND NOT has_column_privilege(a.attrelid, a.attnum, 'SELECT')) THEN
+        RETURN false;
+    END IF;
+    RETURN r.role_name IS NULL
+        OR (EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.role_name) AND pg_has_role(current_user, r.role_name, 'MEMBER'));
+END $$;
+-- Gating roles sp_cdc_enable_table created: "If the role doesn't exist, an attempt is made to create a
+-- database role with the specified name. The role name is trimmed of white space at the right of the
+-- string before attempting to create the role." (learn.microsoft.com/en-us/sql/relational-databases/
+-- system-stored-procedures/sys-sp-cdc-enable-table-transact-sql, @role_name). PostgreSQL roles are
+-- the cluster's: SqlServerStandIn.stop() drops these with the database.
+CREATE TABLE standin.created_roles (role_name text PRIMARY KEY);
+CREATE FUNCTION standin.ensure_gating_role(role_name text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    trimmed text := rtrim(role_name);
+BEGIN
+    IF trimmed IS NULL OR trimmed = '' THEN RETURN NULL; END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = trimmed) THEN
+        EXECUTE format('CREATE ROLE %I NOLOGIN', trimmed);
+        INSERT INTO standin.created_roles VALUES (trimmed) ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN trimmed;
+END $$;
+-- ALTER ROLE <role> ADD | DROP MEMBER <principal> (translate.py; grammar:
+-- learn.microsoft.com/en-us/sql/t-sql/statements/alter-role-transact-sql): PostgreSQL role membership.
+CREATE PROCEDURE standin.role_member(role_name text, is_add boolean, principal text) LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = role_name) THEN
+        PERFORM standin.raise_error(15151, format('Cannot alter the role ''%s'', because it does not exist or you do not have permission.', role_name));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = principal) THEN
+        PERFORM standin.raise_error(15151, format('Cannot add the principal ''%s'', because it does not exist or you do not have permission.', principal));
+    END IF;
+    IF is_add THEN
+        EXECUTE format('GRANT %I TO %I', role_name, principal);
+    ELSE
+        EXECUTE format('REVOKE %I FROM %I', role_name, principal);
+    END IF;
 END $$;
 
 -- GRANT / REVOKE <permission> ON SCHEMA::<schema> TO|FROM <principal> (translate.py). SQL Server
@@ -481,7 +555,8 @@ CREATE FUNCTION sys.atat_dbts() RETURNS bytea LANGUAGE sql STABLE AS $$
     SELECT int8send(last_value) FROM standin.dbts
 $$;
 CREATE FUNCTION sys.atat_language() RETURNS varchar(128) LANGUAGE sql STABLE AS $$ SELECT 'us_english'::varchar $$;
--- Server-local clock (the cluster's TimeZone) in SQL Server's types.
+-- Server-local clock in SQL Server's types; clock.sql (loaded after this file) replaces these with
+-- the stand-in's settable zone and clock.
 CREATE FUNCTION sys.getdate() RETURNS timestamp(3) LANGUAGE sql STABLE AS $$ SELECT standin.round_datetime(clock_timestamp()::timestamp) $$;
 CREATE FUNCTION sys.getutcdate() RETURNS timestamp(3) LANGUAGE sql STABLE AS $$ SELECT standin.round_datetime((clock_timestamp() AT TIME ZONE 'UTC')::timestamp) $$;
 CREATE FUNCTION sys.sysdatetime() RETURNS timestamp(6) LANGUAGE sql STABLE AS $$ SELECT clock_timestamp()::timestamp $$;
@@ -674,7 +749,8 @@ CREATE VIEW sys.columns AS
            ac.precision::smallint AS "precision", ac.scale::smallint AS scale,
            (CASE WHEN ac.type_name IN ('char', 'varchar', 'nchar', 'nvarchar', 'text', 'ntext', 'sql_variant')
                  THEN 'SQL_Latin1_General_CP1_CI_AS' END)::varchar(128) AS collation_name,
-           ac.is_nullable, false AS is_ansi_padded, false AS is_rowguidcol, ac.is_identity, false AS is_computed,
+           ac.is_nullable, false AS is_ansi_padded, false AS is_rowguidcol, ac.is_identity,
+           standin.is_computed(ac.relid, ac.column_name) AS is_computed,
            false AS is_filestream, false AS is_replicated, false AS is_non_sql_subscribed, false AS is_merge_published,
            false AS is_dts_replicated, false AS is_xml_document, 0 AS xml_collection_id, 0 AS default_object_id,
            0 AS rule_object_id, false AS is_sparse, false AS is_column_set
@@ -747,6 +823,18 @@ CREATE VIEW sys.index_columns AS
     JOIN pg_index i ON i.indexrelid = ic.oid AND i.indrelid = ix.object_id::oid
     CROSS JOIN LATERAL unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ordinality);
 
+-- sys.dm_server_services needs VIEW SERVER STATE (Learn, sys.dm_server_services, "Permissions");
+-- without it SQL Server fails the query with error 300 (then 297). sysadmin (the superuser) has it.
+CREATE FUNCTION standin.require_view_server_state() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AND NOT EXISTS (
+        SELECT 1 FROM standin.server_permissions sp WHERE sp.principal = current_user AND sp.permission = 'VIEW SERVER STATE'
+    ) THEN
+        PERFORM standin.raise_error(300, 'VIEW SERVER STATE permission was denied on object ''server'', database ''master''.');
+    END IF;
+    RETURN true;
+END $$;
+
 CREATE VIEW sys.dm_server_services AS
     SELECT 'SQL Server (MSSQLSERVER)'::varchar(256) AS servicename, 2 AS startup_type, 'Automatic'::varchar(256) AS startup_type_desc,
            4 AS status, 'Running'::varchar(256) AS status_desc, 1 AS process_id
@@ -754,7 +842,7 @@ CREATE VIEW sys.dm_server_services AS
     SELECT 'SQL Server Agent (MSSQLSERVER)', 2, 'Automatic',
            CASE WHEN agent_running THEN 4 ELSE 1 END, CASE WHEN agent_running THEN 'Running' ELSE 'Stopped' END,
            CASE WHEN agent_running THEN 2 END
-    FROM standin.settings;
+    FROM standin.settings WHERE standin.require_view_server_state();
 
 CREATE VIEW sys.dm_cdc_log_scan_sessions AS SELECT * FROM standin.log_scan_sessions;
 CREATE VIEW sys.dm_cdc_errors AS
@@ -804,7 +892,7 @@ BEGIN
         PERFORM standin.raise_error(22926, format('Could not create a capture instance because the capture instance name ''%s'' already exists in the current database. Specify an explicit unique name for the parameter @capture_instance.', ci));
     END IF;
     IF (SELECT count(*) FROM cdc.change_tables WHERE source_object_id = rel::oid::integer) >= 2 THEN
-        PERFORM standin.raise_error(22962, format('Two capture instances already exist for source table ''%s.%s''. A table can have a maximum of two capture instances. If this is a new capture instance, disable one of the existing capture instances first.', source_schema, source_name));
+        PERFORM standin.raise_error(22962, format('Two capture instances already exist for source table ''%s.%s''. A table can have at most two capture instances. If the current tracking options are not appropriate, disable change tracking for the obsolete instance by using sys.sp_cdc_disable_table and retry the operation.', source_schema, source_name));
     END IF;
     IF captured_column_list IS NOT NULL THEN
         wanted := ARRAY(SELECT btrim(btrim(x), '[]"') FROM unnest(string_to_array(captured_column_list, ',')) AS x);
@@ -814,6 +902,7 @@ BEGIN
     IF coalesce(supports_net_changes, CASE WHEN key_index IS NULL THEN 0 ELSE 1 END) = 1 AND key_index IS NULL THEN
         PERFORM standin.raise_error(22939, format('The parameter @supports_net_changes is set to 1, but the source table does not have a primary key defined and no alternate unique index has been specified.'));
     END IF;
+    role_name := standin.ensure_gating_role(role_name);
     -- Before-images of updates and deletes need every column in the WAL.
     EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', rel);
     ct_name := ci || '_CT';
@@ -852,7 +941,7 @@ BEGIN
         CONTINUE WHEN wanted IS NOT NULL AND NOT col.column_name = ANY (wanted);
         ordinal := ordinal + 1;
         INSERT INTO cdc.captured_columns (object_id, column_name, column_id, column_type, column_ordinal, is_computed)
-        VALUES (ct_oid, col.column_name, col.column_id, col.type_name, ordinal, false);
+        VALUES (ct_oid, col.column_name, col.column_id, col.type_name, ordinal, standin.is_computed(rel::oid, col.column_name));
     END LOOP;
     IF key_index IS NOT NULL THEN
         INSERT INTO cdc.index_columns (object_id, column_name, index_ordinal, column_id)
@@ -912,7 +1001,8 @@ BEGIN
         DELETE FROM cdc.change_tables WHERE object_id = r.object_id;
     END LOOP;
     IF NOT FOUND AND lower(capture_instance) <> 'all' THEN
-        PERFORM standin.raise_error(22904, format('Could not update the metadata that indicates table %s is enabled for Change Data Capture. The failure occurred when executing the command ''sp_cdc_disable_table''.', rel));
+        -- sys.messages 22960 (Learn, "Database engine events and errors (21000 to 25999)")
+        PERFORM standin.raise_error(22960, format('Change data capture instance ''%s'' has not been enabled for the source table ''%s.%s''. Use sys.sp_cdc_help_change_data_capture to verify the capture instance name and retry the operation.', capture_instance, source_schema, source_name));
     END IF;
 END $$;
 
@@ -946,13 +1036,22 @@ LANGUAGE sql STABLE AS $$
     ORDER BY ct.capture_instance
 $$;
 
+-- sys.sp_cdc_help_jobs: "Requires membership in the db_owner fixed database role."
+-- (learn.microsoft.com/en-us/sql/relational-databases/system-stored-procedures/sys-sp-cdc-help-jobs-transact-sql,
+-- Permissions). Refused with 22904 "Caller is not authorized to initiate the requested action. DBO
+-- privileges are required." (sys.messages text; that this procedure raises 22904 is a guess).
 CREATE FUNCTION sys.sp_cdc_help_jobs() RETURNS TABLE (job_id uuid, job_type varchar(20), job_name varchar(128), maxtrans integer,
     maxscans integer, continuous boolean, pollinginterval bigint, retention bigint, threshold bigint)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = dbo, sys, pg_catalog AS $$
+BEGIN
+    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = session_user) THEN
+        PERFORM standin.raise_error(22904, 'Caller is not authorized to initiate the requested action. DBO privileges are required.');
+    END IF;
+    RETURN QUERY
     SELECT j.job_id, j.job_type, ('cdc.' || current_database() || '_' || j.job_type)::varchar, j.maxtrans, j.maxscans,
            j.continuous, j.pollinginterval, j.retention, j.threshold
-    FROM standin.msdb_cdc_jobs j ORDER BY j.job_type
-$$;
+    FROM standin.msdb_cdc_jobs j ORDER BY j.job_type;
+END $$;
 
 CREATE PROCEDURE sys.sp_cdc_start_job(job_type text DEFAULT 'capture') LANGUAGE plpgsql AS $$
 BEGIN
@@ -963,11 +1062,51 @@ BEGIN
     IF lower(job_type) = 'capture' THEN UPDATE standin.settings SET capture_job_running = false; END IF;
 END $$;
 
--- Application locks owned by the session (sys.sp_getapplock / sp_releaseapplock with @LockOwner =
--- 'Session'): PostgreSQL's session-level advisory locks behave the same way (held until released or
--- the session ends). Returns sp_getapplock's codes: 0 granted, -1 timed out (only @LockTimeout = 0).
-CREATE FUNCTION sys.sp_getapplock_result(resource text) RETURNS int LANGUAGE sql AS $$
-    SELECT CASE WHEN pg_try_advisory_lock(hashtextextended('applock:' || resource, 0)) THEN 0 ELSE -1 END
+-- Application locks (sys.sp_getapplock / sp_releaseapplock): PostgreSQL's advisory locks behave the
+-- same way (@LockOwner = 'Session': session-level, held until released or the session ends;
+-- 'Transaction': until the transaction ends; re-entrant). Return codes
+-- (learn.microsoft.com/en-us/sql/relational-databases/system-stored-procedures/sp-getapplock-transact-sql,
+-- "Return code values"): 0 granted synchronously, 1 granted after waiting, -1 timed out, -999 parameter
+-- validation or other call error (-2 cancelled and -3 deadlock victim are not emulated). @LockTimeout
+-- defaults to @@LOCK_TIMEOUT, -1 (wait forever); 0 = do not wait. Lock modes Shared and Exclusive only.
+-- Reached from a batch only (translate.py, translate_batch: EXEC @r = sys.sp_getapplock ...).
+CREATE FUNCTION sys.sp_getapplock(resource text, lockmode text, lockowner text DEFAULT 'Transaction',
+                                  locktimeout integer DEFAULT -1, dbprincipal text DEFAULT 'public')
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    key bigint := hashtextextended('applock:' || resource, 0);
+    shared boolean := lower(lockmode) = 'shared';
+    session boolean := lower(coalesce(lockowner, 'Transaction')) = 'session';
+    deadline timestamptz;
+BEGIN
+    IF resource IS NULL OR lower(lockmode) NOT IN ('shared', 'exclusive')
+       OR lower(coalesce(lockowner, 'Transaction')) NOT IN ('session', 'transaction') THEN
+        RETURN -999;
+    END IF;
+    IF standin.try_applock(key, shared, session) THEN RETURN 0; END IF;
+    IF coalesce(locktimeout, -1) = 0 THEN RETURN -1; END IF;
+    deadline := CASE WHEN coalesce(locktimeout, -1) < 0 THEN NULL
+                     ELSE clock_timestamp() + make_interval(secs => locktimeout / 1000.0) END;
+    LOOP
+        PERFORM pg_sleep(0.01);
+        IF standin.try_applock(key, shared, session) THEN RETURN 1; END IF;
+        IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN RETURN -1; END IF;
+    END LOOP;
+END $$;
+CREATE FUNCTION standin.try_applock(key bigint, shared boolean, session boolean) RETURNS boolean LANGUAGE sql AS $$
+    SELECT CASE WHEN session AND shared THEN pg_try_advisory_lock_shared(key)
+                WHEN session THEN pg_try_advisory_lock(key)
+                WHEN shared THEN pg_try_advisory_xact_lock_shared(key)
+                ELSE pg_try_advisory_xact_lock(key) END
+$$;
+-- T-SQL batch variables (translate.py, translate_batch): session settings standin.v_<name>, 'N' for
+-- NULL, 'V' || value otherwise.
+CREATE FUNCTION standin.set_batch_variable(name text, value text) RETURNS void LANGUAGE sql AS $$
+    SELECT set_config('standin.v_' || name, CASE WHEN value IS NULL THEN 'N' ELSE 'V' || value END, false)
+$$;
+CREATE FUNCTION standin.batch_variable(name text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN left(current_setting('standin.v_' || name, true), 1) = 'V'
+                THEN substr(current_setting('standin.v_' || name, true), 2) END
 $$;
 CREATE PROCEDURE sys.sp_releaseapplock(resource text, lockowner text DEFAULT 'Transaction', dbprincipal text DEFAULT 'public')
 LANGUAGE plpgsql AS $$

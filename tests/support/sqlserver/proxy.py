@@ -22,12 +22,13 @@ import re
 import socket
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from ..pgwire import Listener, close_quietly, connect_pair, error_fields, read_message, read_startup
 from ..pgwire import error_response as error_response
 from ..pgwire import message as _message
-from .translate import Resolver, Untranslatable, to_tsql_markers, translate
+from .translate import Resolver, Untranslatable, is_batch, to_tsql_markers, translate, translate_batch
 
 # psqlODBC's cursors (UseDeclareFetch=1) are named "SQL_CUR<address>": its FETCH/MOVE/CLOSE on them
 # are the driver's own, never the product's (T-SQL cursors are FETCH ... FROM <unquoted name>).
@@ -54,6 +55,7 @@ _INLINED_CAST = re.compile(
 _PERMISSION = re.compile(r"permission denied for (table|view|function|schema|sequence|relation) (\S+)")
 _MISSING_RELATION = re.compile(r'relation "([^"]+)" does not exist')
 _MISSING_FUNCTION = re.compile(r"function ([\w.\"$]+)\(")
+_MSDB_NAME = re.compile(r"(?<![\w\].])\[?msdb\]?\s*\.\s*(?:\[?\w*\]?)\s*\.\s*\[?\w+\]?", re.IGNORECASE)
 
 
 def _is_internal(segment: str) -> bool:
@@ -110,6 +112,13 @@ class _Session:
         self.pending_error: bytes | None = None  # sent before the next ReadyForQuery
         self.last_verb = "SELECT"
         self.fresh_txn = False  # a transaction began and has run nothing yet
+        self.nocount = False  # SET NOCOUNT: row counts of a batch's DML are not sent
+        # Per statement of the Query in flight, what the client gets of its result: "show", "hide" (a
+        # batch's DECLARE/SET/EXEC, NOCOUNT row counts) or "count" (rows reported as a row count), from
+        # translate.translate_batch. Empty: everything shown.
+        self.results: deque[str] = deque()
+        self.count_rows = 0
+        self.batch_results: list[str] | None = None  # of the statement last translated
 
     def run(self) -> None:
         threading.Thread(target=self._server_to_client, daemon=True, name="tsql-proxy-s2c").start()
@@ -160,11 +169,22 @@ class _Session:
     def _translate(self, statement: str) -> tuple[str | None, list[str]]:
         """T-SQL -> PostgreSQL, or None after arranging an error for the client."""
         self.proxy.recorder.record(to_tsql_markers(statement))
+        self.batch_results = None
+        azure = self._azure_refusal(statement)
+        if azure is not None:
+            self._refuse("42000", azure)
+            return None, []
         try:
-            result = translate(statement, self.proxy.resolver)
+            if is_batch(statement):
+                result = translate_batch(statement, self.proxy.resolver, nocount=self.nocount)
+            else:
+                result = translate(statement, self.proxy.resolver)
         except Untranslatable as error:
             self._refuse("42000", f"{error} (standin)")
             return None, []
+        if result.nocount is not None:
+            self.nocount = result.nocount
+        self.batch_results = result.results
         if result.isolation:
             self.isolation = result.isolation
         elif result.sql == "BEGIN":
@@ -197,6 +217,9 @@ class _Session:
         if sql != "BEGIN" and not extra:
             self.fresh_txn = False
         parts = [*head, cursor + sql, *(extra if in_new_txn else []), *tail]
+        if self.batch_results:  # in statement order (the server answers each in turn)
+            added = len(extra) if in_new_txn else 0
+            self.results = deque(["show"] * len(head) + self.batch_results + ["show"] * (added + len(tail)))
         return _message(b"Q", ";".join(parts).encode() + b"\0")
 
     def _parse(self, body: bytes) -> bytes | None:
@@ -207,6 +230,9 @@ class _Session:
         if _is_internal(statement):
             return _message(b"P", body)
         sql, _extra = self._translate(drop_inlined_casts(statement) if cursor else statement)
+        if sql is not None and self.batch_results:  # PostgreSQL prepares one statement only
+            self._refuse("42000", f"the SQL Server stand-in cannot prepare the batch {statement!r} (standin)")
+            return None
         if sql is None:
             return None
         new_body = body[: name_end + 1] + (cursor + sql).encode() + b"\0" + body[query_end + 1 :]
@@ -218,6 +244,9 @@ class _Session:
         try:
             while True:
                 kind, body = read_message(self.server)
+                kind, body = self._as_the_client_sees(kind, body)
+                if not kind:
+                    continue
                 if kind == b"Z":
                     self.status = body[:1]
                     if self.pending_error is not None:
@@ -233,6 +262,42 @@ class _Session:
                 self.client.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _as_the_client_sees(self, kind: bytes, body: bytes) -> tuple[bytes, bytes]:
+        """A batch statement's result as the client gets it (``self.results``): shown; hidden (its
+        RowDescription, DataRows and CommandComplete/EmptyQueryResponse dropped: kind b""); or its
+        rows counted and reported as ``INSERT 0 <n>`` (a result without columns). An error ends the
+        batch (PostgreSQL runs none of the later statements), as does ReadyForQuery."""
+        if kind in (b"E", b"Z"):
+            self.results.clear()
+            return kind, body
+        if not self.results or self.results[0] == "show":
+            if self.results and kind in (b"C", b"I"):
+                self.results.popleft()
+            return kind, body
+        if kind == b"D":
+            self.count_rows += 1
+        if kind in (b"C", b"I"):
+            shown, rows = self.results.popleft(), self.count_rows
+            self.count_rows = 0
+            if shown == "count":
+                return b"C", f"INSERT 0 {rows}".encode() + b"\0"
+        return b"", b""
+
+    def _azure_refusal(self, statement: str) -> str | None:
+        """Azure SQL Database: a name into another database (three-part msdb.dbo.x) fails with error
+        40515, "Reference to database and/or server name in '<name>' is not supported in this version
+        of SQL Server." (the message as Azure SQL Database's clients report it; see
+        docs/sqlserver-standin.md, Permissions)."""
+        if not self.proxy.azure_sql_database:
+            return None
+        m = _MSDB_NAME.search(statement)
+        if m is None:
+            return None
+        return (
+            f"Reference to database and/or server name in '{m.group(0)}' is not supported in this version of SQL "
+            "Server. (40515)"
+        )
 
     def _rewrite_error(self, body: bytes) -> bytes:
         fields = error_fields(body)
@@ -268,11 +333,14 @@ class _Session:
         if not m:
             return body
         kind, name = m.groups()
+        database = self.proxy.database
+        if name.startswith("msdb_"):  # standin.msdb_<table> is msdb.dbo.<table> (translate.py)
+            name, database = name[len("msdb_") :], "msdb"
         permission = "EXECUTE" if kind == "function" or self.last_verb.startswith("EXEC") else self.last_verb
         schema = name if kind == "schema" else "dbo"
         obj = "" if kind == "schema" else name
         message = (
-            f"The {permission} permission was denied on the object '{obj}', database '{self.proxy.database}', "
+            f"The {permission} permission was denied on the object '{obj}', database '{database}', "
             f"schema '{schema}'. (229)"
         )
         rewritten = error_response("42000", message)
@@ -291,6 +359,7 @@ class TsqlProxy(Listener):
         recorder,
         resolver: Resolver | None = None,
         snapshot_allowed: Callable[[], bool] = lambda: True,
+        azure_sql_database: bool = False,
     ):
         super().__init__(lambda client: _Session(self, client).run(), "tsql-proxy")
         self.upstream_host = upstream_host
@@ -299,3 +368,4 @@ class TsqlProxy(Listener):
         self.recorder = recorder
         self.resolver = resolver
         self.snapshot_allowed = snapshot_allowed
+        self.azure_sql_database = azure_sql_database

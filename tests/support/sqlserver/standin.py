@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # any object with host, port, superuser, password, dsn(), con
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
+CLOCK_SQL = Path(__file__).with_name("clock.sql")  # the server's zone and clock (settable)
 
 
 class SqlServerStandIn:
@@ -41,8 +43,15 @@ class SqlServerStandIn:
         capture_lag: float = 0.0,
         poll_interval: float = 0.1,
         recorder: StatementRecorder | None = None,
+        time_zone: str = "UTC",
+        azure_sql_database: bool = False,
     ):
+        """``time_zone``: the server operating system's zone (an IANA name), in which its clock
+        functions and the capture job's ``cdc.lsn_time_mapping`` times are local (clock.sql)."""
         self.cluster = cluster
+        # Azure SQL Database: no names into other databases (msdb.dbo.cdc_jobs fails with 40515).
+        self.azure_sql_database = azure_sql_database
+        self._time_zone = time_zone
         self.database = database
         self.server_name = server_name
         self.recorder = recorder if recorder is not None else StatementRecorder()
@@ -65,6 +74,7 @@ class SqlServerStandIn:
         self.cluster.create_database(self.database)
         self._admin = psycopg.connect(self.cluster.dsn(self.database), autocommit=True)
         install(self._admin, self.server_name)
+        self.set_time_zone(self._time_zone)
         self.capture = capture.CaptureJob(
             self.cluster.dsn(self.database), lag=self._capture_lag, poll_interval=self._poll_interval
         ).start()
@@ -75,6 +85,7 @@ class SqlServerStandIn:
             recorder=self.recorder,
             resolver=self._resolve,
             snapshot_allowed=self._snapshot_allowed,
+            azure_sql_database=self.azure_sql_database,
         ).start()
         return self
 
@@ -95,7 +106,15 @@ class SqlServerStandIn:
             self._admin = None
         if drop:
             with self.cluster.connect() as conn:
+                gating = []
+                try:  # gating roles sp_cdc_enable_table created (catalog.sql: standin.created_roles)
+                    with psycopg.connect(self.cluster.dsn(self.database), autocommit=True) as db:
+                        gating = [r for (r,) in db.execute("SELECT role_name FROM standin.created_roles").fetchall()]
+                except psycopg.Error:
+                    pass
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+                for role in gating:
+                    conn.execute(f'DROP ROLE IF EXISTS "{role}"')
                 # the roles behind GRANT ... ON SCHEMA:: (catalog.sql, standin.schema_permission)
                 prefix = "ssg_" + hashlib.md5(self.database.encode()).hexdigest()[:8] + "_"
                 for (role,) in conn.execute(
@@ -212,6 +231,35 @@ class SqlServerStandIn:
         value = self._admin_execute("SELECT standin.cleanup(%s)", (retention_minutes,))[0][0]
         return bytes(value) if value is not None else None
 
+    # -- the server's clock ---------------------------------------------------------------------
+
+    def set_time_zone(self, name: str) -> None:
+        """The server's time zone (IANA name): GETDATE()/SYSDATETIME() and the capture job's commit
+        times are local to it, DATEPART(TZOFFSET, SYSDATETIMEOFFSET()) is its offset now."""
+        self._admin_execute("SELECT %s::timestamptz AT TIME ZONE %s", ("2000-01-01T00:00:00Z", name))  # a known zone
+        self._admin_execute("UPDATE standin.clock SET time_zone = %s", (name,))
+        self._time_zone = name
+
+    def set_clock(self, at: datetime) -> None:
+        """Sets the server's clock to the instant ``at`` (aware) from now on; it keeps running. The
+        capture job renders a commit time with the offset in effect when it captures the commit:
+        call ``wait_until_captured()`` before moving the clock."""
+        assert at.tzinfo is not None, "an aware datetime"
+        self._admin_execute(
+            "UPDATE standin.clock SET clock_offset = %s::timestamptz - clock_timestamp()", (at.isoformat(),)
+        )
+
+    def reset_clock(self) -> None:
+        self._admin_execute("UPDATE standin.clock SET clock_offset = interval '0'")
+
+    def server_now(self) -> datetime:
+        """The server's clock now (aware, UTC)."""
+        value = self._admin_execute("SELECT standin.server_now()")[0][0]
+        return value.astimezone(timezone.utc)
+
+    def clock_offset(self) -> timedelta:
+        return self._admin_execute("SELECT clock_offset FROM standin.clock")[0][0]
+
     # -- test helpers -------------------------------------------------------------------------
 
     def admin_query(self, sql: str, params: tuple = ()) -> list[tuple]:
@@ -237,6 +285,10 @@ class SqlServerStandIn:
                         pgsql.Identifier(schema), pgsql.Identifier(name)
                     )
                 )
+            # msdb.dbo.cdc_jobs is in msdb, where a login has only what msdb grants it (grant_msdb_cdc_jobs)
+            self._admin.execute(
+                pgsql.SQL("REVOKE SELECT ON standin.msdb_cdc_jobs FROM {}").format(pgsql.Identifier(name))
+            )
             self._admin.execute(
                 pgsql.SQL(
                     "GRANT SELECT ON cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
@@ -250,6 +302,18 @@ class SqlServerStandIn:
                     pgsql.Identifier(name)
                 )
             )
+
+    def grant_msdb_cdc_jobs(self, name: str) -> None:
+        """The DBA's ``USE msdb; CREATE USER [<login>] FOR LOGIN [<login>]; GRANT SELECT ON
+        dbo.cdc_jobs TO [<login>];`` (the stand-in has no msdb database to USE; its msdb.dbo.cdc_jobs
+        is standin.msdb_cdc_jobs, readable by superusers, sysadmin's stand-in, and by this grant)."""
+        from psycopg import sql as pgsql
+
+        self._admin_execute(
+            pgsql.SQL("GRANT SELECT ON standin.msdb_cdc_jobs TO {}")
+            .format(pgsql.Identifier(name))
+            .as_string(self._admin)
+        )
 
     def _admin_execute(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._admin_lock:
@@ -289,6 +353,7 @@ def install(conn: psycopg.Connection, server_name: str) -> None:
     with conn.transaction():
         conn.execute("SET LOCAL check_function_bodies = off")  # functions reference views created later
         conn.execute(CATALOG_SQL.read_text())
+        conn.execute(CLOCK_SQL.read_text())
         conn.execute(
             "INSERT INTO standin.settings (server_name, database_guid) VALUES (%s, %s)",
             (server_name, str(uuid.uuid4())),

@@ -39,6 +39,8 @@ _SQLGLOT_GAPS = (
         r"(\[[^\]]+\]|\w+))\s+(TO|FROM)\s+(\[[^\]]+\]|\w+)(\s*,\s*(\[[^\]]+\]|\w+))*\s*;?\s*$",
         re.I,
     ),
+    # ALTER ROLE ... ADD | DROP MEMBER: learn.microsoft.com/en-us/sql/t-sql/statements/alter-role-transact-sql
+    re.compile(r"^\s*ALTER\s+ROLE\s+(\[[^\]]+\]|\w+)\s+(ADD|DROP)\s+MEMBER\s+(\[[^\]]+\]|\w+)\s*;?\s*$", re.I),
     re.compile(
         r"^\s*(GRANT|REVOKE)\s+VIEW\s+SERVER\s+STATE\s+(TO|FROM)\s+(\[[^\]]+\]|\w+)(\s*,\s*(\[[^\]]+\]|\w+))*\s*;?\s*$",
         re.I,
@@ -64,6 +66,12 @@ STATEMENTS: list[str] = [
     "ORDER BY [__$start_lsn] ASC, [__$seqval] ASC, [__$operation] ASC",
     "SELECT * FROM [cdc].[dbo_orders_CT] WHERE [__$start_lsn] >= ? AND [__$start_lsn] <= ? "
     "ORDER BY [__$start_lsn], [__$command_id], [__$seqval], [__$operation]",
+    # stream.changes_sql (direct; function mode re-reads one transaction so, with "= ?"): the
+    # update-mask flag of a column a before image may not carry.
+    "SELECT __$start_lsn, __$seqval, __$operation, __$command_id, [id] AS [id], "
+    "sys.fn_cdc_has_column_changed(N'dbo_orders', N'name', __$update_mask) AS [__$changed_name] "
+    "FROM cdc.[dbo_orders_CT] WHERE __$start_lsn >= ? AND __$start_lsn <= ? "
+    "ORDER BY __$start_lsn, __$command_id, __$seqval, __$operation",
     "SELECT s.name AS source_schema, t.name AS source_table, ct.capture_instance, ct.object_id, ct.source_object_id, "
     "ct.start_lsn, ct.create_date FROM cdc.change_tables ct JOIN sys.tables t ON t.object_id = ct.source_object_id "
     "JOIN sys.schemas s ON s.schema_id = t.schema_id ORDER BY ct.create_date",
@@ -118,6 +126,28 @@ STATEMENTS: list[str] = [
     "INSERT INTO [dbo].[orders] ([id], [name]) VALUES (?, ?)",
     "UPDATE [dbo].[orders] SET [name] = ? WHERE [id] = ?",
     "DELETE FROM [dbo].[orders] WHERE [id] = ?",
+    # the capture lock (admin.LOCK_SQL, its marker written in) and the health check's sources
+    "SET NOCOUNT ON; DECLARE @result int; EXEC @result = sys.sp_getapplock @Resource = N'airflow-provider-cdc:0', "
+    "@LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 0; SET NOCOUNT OFF; "
+    "SELECT @result AS lock_result",
+    "EXEC sys.sp_releaseapplock @Resource = N'airflow-provider-cdc:0', @LockOwner = N'Session'",
+    "SELECT retention FROM msdb.dbo.cdc_jobs WHERE job_type = N'cleanup' AND database_id = DB_ID()",
+    "EXEC sys.sp_cdc_help_jobs",
+    # the server's clock (server_clock.OFFSET_SQL, REPEATED_HOUR_SQL, REPEATED_HOUR_COMMITS_SQL) and the
+    # oldest unread commit (health.OLDEST_UNREAD_SQL)
+    "SELECT DATEPART(TZOFFSET, SYSDATETIMEOFFSET()), SYSUTCDATETIME()",
+    "SELECT tran_end_time FROM cdc.lsn_time_mapping "
+    "WHERE start_lsn <= ? AND tran_end_time >= ? AND tran_end_time < ? ORDER BY start_lsn",
+    "SELECT start_lsn, tran_end_time FROM cdc.lsn_time_mapping "
+    "WHERE tran_end_time >= ? AND tran_end_time < ? ORDER BY start_lsn",
+    "SELECT TOP (1) start_lsn, tran_end_time FROM cdc.lsn_time_mapping "
+    "WHERE start_lsn >= ? AND tran_id <> 0x00 ORDER BY start_lsn",
+    # telling "not authorized" from "disabled" (admin.instance_access_problem)
+    "SELECT ct.role_name, s.name, t.name, ct.object_id FROM cdc.change_tables ct "
+    "JOIN sys.tables t ON t.object_id = ct.source_object_id JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "WHERE ct.capture_instance = N'dbo_orders'",
+    "SELECT IS_MEMBER(N'db_owner')",
+    "SELECT HAS_PERMS_BY_NAME(N'[dbo].[orders]', 'OBJECT', 'SELECT', N'id', 'COLUMN')",
 ]
 
 
@@ -126,7 +156,15 @@ class InvalidTsql(AssertionError):
 
 
 def assert_valid_tsql(sql: str) -> None:
-    """Raises InvalidTsql unless ``sql`` parses as T-SQL (``?`` markers allowed)."""
+    """Raises InvalidTsql unless ``sql`` parses as T-SQL (``?`` markers allowed); a batch statement
+    by statement."""
+    from .translate import split_batch
+
+    statements = split_batch(sql)
+    if len(statements) > 1:
+        for statement in statements:
+            assert_valid_tsql(statement)
+        return
     if any(gap.match(sql) for gap in _SQLGLOT_GAPS):
         return
     try:

@@ -34,6 +34,10 @@ class Translation:
     isolation: str | None = None  # set by SET TRANSACTION ISOLATION LEVEL
     data_access: bool = True  # reads or writes the database (for error 3952)
     extra: list[str] = field(default_factory=list)  # statements to run only at transaction start
+    # A batch: per PostgreSQL statement, what the client gets of its result: "show" it, "hide" it, or
+    # "count" (its rows reported as a row count, a result without columns: an emulated procedure's DML).
+    results: list[str] | None = None
+    nocount: bool | None = None  # SET NOCOUNT ON/OFF: the session's setting after this statement
 
 
 # A column's declared SQL Server type, looked up by (table names in the statement, column name).
@@ -74,16 +78,14 @@ _SCHEMA_GRANT = re.compile(
     rf"({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
     re.IGNORECASE,
 )
+# ALTER ROLE <role> ADD | DROP MEMBER <principal>: a gating role's members
+# (learn.microsoft.com/en-us/sql/t-sql/statements/alter-role-transact-sql). sqlglot reads it as a Command.
+_ALTER_ROLE = re.compile(
+    rf"^\s*ALTER\s+ROLE\s+({_TSQL_NAME})\s+(ADD|DROP)\s+MEMBER\s+({_TSQL_NAME})\s*;?\s*$", re.IGNORECASE
+)
 _OBJECT_CLASS = re.compile(r"^(\s*(?:GRANT|REVOKE)\s+[\w\s,]+?\s+ON\s+)OBJECT\s*::\s*", re.IGNORECASE)
 _SERVER_GRANT = re.compile(
     rf"^\s*(GRANT|REVOKE)\s+(VIEW\s+SERVER\s+STATE)\s+(?:TO|FROM)\s+({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
-    re.IGNORECASE,
-)
-# The one batch with a variable the product sends: take an application lock and return its code.
-_GETAPPLOCK = re.compile(
-    r"^\s*DECLARE\s+@(\w+)\s+int\s*;\s*EXEC\s+@\1\s*=\s*sys\.sp_getapplock\s+@Resource\s*=\s*(\$\d+|N?'[^']*')\s*,"
-    r"\s*@LockMode\s*=\s*N?'Exclusive'\s*,\s*@LockOwner\s*=\s*N?'Session'\s*,\s*@LockTimeout\s*=\s*0\s*;"
-    r"\s*SELECT\s+@\1\s*;?\s*$",
     re.IGNORECASE,
 )
 # T-SQL built-ins emulated in schema sys; routed there explicitly so sqlglot keeps them as calls.
@@ -110,6 +112,9 @@ _BUILTINS = (
 )
 _BUILTIN_CALL = re.compile(r"(?<![\w.\]])(" + "|".join(_BUILTINS) + r")\s*\(", re.IGNORECASE)
 _TZOFFSET = re.compile(r"DATEPART\s*\(\s*TZOFFSET\s*,", re.IGNORECASE)
+# The server's offset now: the stand-in's datetimeoffset keeps no offset (an instant), so the offset
+# of SYSDATETIMEOFFSET() comes from the server's zone (clock.sql, sys.server_tz_offset_minutes).
+_SERVER_TZOFFSET = re.compile(r"DATEPART\s*\(\s*(?:TZOFFSET|TZ)\s*,\s*SYSDATETIMEOFFSET\s*\(\s*\)\s*\)", re.IGNORECASE)
 
 # EXEC'd procedures: name -> (returns a result set, parameter names in order)
 PROCEDURES = {
@@ -197,15 +202,22 @@ def translate(sql: str, resolver: Resolver | None = None) -> Translation:
         if m.group(1).upper() == "LOCK_TIMEOUT":
             ms = int(m.group(2))
             return Translation(f"SET lock_timeout = {max(ms, 0)}", data_access=False)
-        return Translation(f"SET standin.{m.group(1).lower()} = '{m.group(2).lower()}'", data_access=False)
+        nocount = m.group(2).upper() == "ON" if m.group(1).upper() == "NOCOUNT" else None
+        return Translation(
+            f"SET standin.{m.group(1).lower()} = '{m.group(2).lower()}'", data_access=False, nocount=nocount
+        )
     if _USE.match(text):
         return Translation("SET standin.use_database = 'current'", data_access=False)
-    m = _GETAPPLOCK.match(text)
-    if m:
-        return Translation(f"SELECT sys.sp_getapplock_result({_literal(sql, m.group(2))})")
     m = _EXEC.match(text)
     if m:
         return _translate_exec(sql, m.group(1), m.group(2), m.group(3))
+    m = _ALTER_ROLE.match(text)
+    if m:  # standin.role_member (catalog.sql): PostgreSQL role membership
+        return Translation(
+            f"CALL standin.role_member({_sql_text(_unbracket(m.group(1)))}, {m.group(2).upper() == 'ADD'}, "
+            f"{_sql_text(_unbracket(m.group(3)))})",
+            data_access=False,
+        )
     m = _SCHEMA_GRANT.match(text)
     if m:  # standin.schema_permission (catalog.sql): membership of a role holding it on the schema's objects
         permissions = _sql_array(p.strip().upper() for p in m.group(2).split(","))
@@ -225,6 +237,7 @@ def translate(sql: str, resolver: Resolver | None = None) -> Translation:
     text = _OBJECT_CLASS.sub(r"\1", text)  # ON OBJECT::dbo.orders is ON dbo.orders; sqlglot reads that form
     prepared = _PARAM.sub(lambda p: f"@__p{p.group(1)}", text)
     prepared = _GLOBAL.sub(lambda g: f"sys.atat_{g.group(1).lower()}()", prepared)
+    prepared = _SERVER_TZOFFSET.sub("sys.server_tz_offset_minutes()", prepared)
     prepared = _TZOFFSET.sub("sys.tz_offset_minutes(", prepared)
     prepared = _BUILTIN_CALL.sub(lambda b: f"sys.{b.group(1).lower()}(", prepared)
     try:
@@ -337,10 +350,24 @@ def _table_parts(table: exp.Table) -> tuple[str, str]:
     return _SYSTEM_SCHEMAS.get(schema.lower(), schema), table.name
 
 
+#: SQL Server checks PRIMARY KEY and UNIQUE constraints per statement, as the SQL standard says
+#: (``UPDATE t SET id = id + 1`` succeeds whatever order the rows are visited in: a deferred update,
+#: KB302341; guess: no Learn page says it in so many words). PostgreSQL checks a non-deferrable one
+#: per row and, "to obtain standard-compliant behavior", a ``DEFERRABLE INITIALLY IMMEDIATE`` one at
+#: the end of the statement (PostgreSQL 15 manual, CREATE TABLE, Compatibility, "Non-Deferred
+#: Uniqueness Constraints"). Unique indexes (CREATE UNIQUE INDEX) cannot be deferrable: per row.
+_PER_STATEMENT = " DEFERRABLE INITIALLY IMMEDIATE"
+
+
 def _column_ddl(
     sql: str, coldef: exp.ColumnDef, original: str, resolver_free: bool = True
 ) -> tuple[str, sstypes.ColumnType, bool]:
     name = coldef.name
+    computed = next(
+        (c.args["kind"] for c in coldef.constraints if isinstance(c.args["kind"], exp.ComputedColumnConstraint)), None
+    )
+    if computed is not None:
+        return _computed_ddl(sql, name, computed)
     try:
         ctype = sstypes.parse(_declared_type(original, name))
     except (sstypes.UnsupportedType, ValueError) as error:
@@ -362,9 +389,9 @@ def _column_ddl(
         elif isinstance(kind, exp.NotNullColumnConstraint):
             parts.append("NULL" if kind.args.get("allow_null") else "NOT NULL")
         elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
-            parts.append("PRIMARY KEY")
+            parts.append("PRIMARY KEY" + _PER_STATEMENT)
         elif isinstance(kind, exp.UniqueColumnConstraint):
-            parts.append("UNIQUE")
+            parts.append("UNIQUE" + _PER_STATEMENT)
         elif isinstance(kind, exp.DefaultColumnConstraint):
             parts.append("DEFAULT " + _generate(sql, kind.this, None))
         else:
@@ -372,8 +399,31 @@ def _column_ddl(
     return " ".join(parts), ctype, identity
 
 
+def _computed_ddl(sql: str, name: str, computed: exp.ComputedColumnConstraint) -> tuple[str, sstypes.ColumnType, bool]:
+    """``<col> AS (<expr>) [PERSISTED]`` (Learn, "Specify computed columns in a table"): a stored
+    generated column (PostgreSQL 15 has no virtual ones; reads are the same). SQL Server derives the
+    type from the expression; the stand-in takes it from a top-level CAST/CONVERT only."""
+    expression = computed.this.unnest() if isinstance(computed.this, exp.Paren) else computed.this
+    if isinstance(expression, exp.Cast):
+        declared = expression.args["to"].sql("tsql")
+    elif isinstance(expression, exp.Convert):
+        declared = expression.this.sql("tsql")
+    else:
+        raise Untranslatable(
+            sql,
+            f"computed column {name}: the stand-in needs its type as CAST(<expr> AS <type>) or CONVERT(<type>, <expr>)",
+        )
+    try:
+        ctype = sstypes.parse(declared)
+    except (sstypes.UnsupportedType, ValueError) as error:
+        raise Untranslatable(sql, str(error)) from error
+    generated = _generate(sql, expression, None)
+    return f'"{name}" {ctype.pg_type} GENERATED ALWAYS AS (({generated})::{ctype.pg_type}) STORED', ctype, False
+
+
 def _register(schema: str, table: str, columns: list[tuple[str, sstypes.ColumnType, bool]]) -> str:
     rel = f'"{schema}"."{table}"'
+    rel_text = "'" + rel.replace("'", "''") + "'"  # a quote in the name ([x'y]) must not end the literal
     rows = []
     for name, ct, identity in columns:
 
@@ -381,14 +431,14 @@ def _register(schema: str, table: str, columns: list[tuple[str, sstypes.ColumnTy
             return "NULL" if v is None else (str(v) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'")
 
         rows.append(
-            f"('{rel}'::regclass::oid, {q(name)}, {q(ct.declared)}, {q(ct.type_name)}, "
+            f"({rel_text}::regclass::oid, {q(name)}, {q(ct.declared)}, {q(ct.type_name)}, "
             f"{ct.max_length}, {ct.precision}, "
             f"{ct.scale}, {q(ct.char_max_length)}, {q(ct.datetime_precision)}, {q(ct.normalize)}, "
             f"{str(identity).lower()})"
         )
     return (
         "INSERT INTO standin.declared_columns VALUES " + ", ".join(rows) + ";"
-        f" PERFORM standin.refresh_normalizer('{rel}'::regclass);"
+        f" PERFORM standin.refresh_normalizer({rel_text}::regclass);"
     )
 
 
@@ -409,7 +459,7 @@ def _create_table(sql: str, tree: exp.Create, original: str) -> str:
                 raise Untranslatable(sql, f"table constraint {item.sql('tsql')} not supported")
             cols = ", ".join(f'"{c.name}"' for c in pk.expressions)
             name = f'CONSTRAINT "{item.name}" ' if isinstance(item, exp.Constraint) else ""
-            defs.append(f"{name}PRIMARY KEY ({cols})")
+            defs.append(f"{name}PRIMARY KEY ({cols}){_PER_STATEMENT}")
         else:
             raise Untranslatable(sql, f"table element {item.sql('tsql')} not supported")
     create = f'CREATE TABLE "{schema}"."{table}" ({", ".join(defs)})'
@@ -554,3 +604,204 @@ def _rewrite_convert(sql: str, node: exp.Convert, tables, resolver: Resolver | N
         expressions=[value, exp.maybe_parse(style_sql), exp.Literal.number(digits), exp.Boolean(this=is_datetime)],
     )
     return exp.cast(call, pg_target)
+
+
+# ------------------------------------------------------------------------------------------ batches
+# A batch (several statements separated by ';') runs statement by statement, as SQL Server runs it:
+# variables (DECLARE, SET @v =, EXEC @v = proc, SELECT @v), SET NOCOUNT, the emulated procedures,
+# and any statement the single-statement translation reads. Each statement becomes one PostgreSQL
+# statement; ``Translation.results`` says what the client sees of each one's result. What SQL
+# Server returns to the client per statement (TDS DONE tokens, which the ODBC driver turns into
+# results): a SELECT its rows; INSERT/UPDATE/DELETE/MERGE, and a procedure's own DML, a row count
+# unless SET NOCOUNT is ON ("When SET NOCOUNT is ON, the count ... is not returned";
+# "SET NOCOUNT ON eliminates the sending of DONE_IN_PROC messages to the client for each statement
+# in a stored procedure": KB 240882, support.microsoft.com/kb/240882, MORE INFORMATION; also
+# learn.microsoft.com/en-us/sql/t-sql/statements/set-nocount-transact-sql); DECLARE, SET and DDL
+# nothing the application sees (guess: not verified against SQL Server's ODBC driver).
+# Variables live for the batch only; the stand-in keeps them as session settings standin.v_<name>
+# (catalog.sql: standin.batch_variable), re-initialised by every DECLARE.
+
+_BATCH_DML = re.compile(r"^\s*(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+_BATCH_SELECT = re.compile(r"^\s*(SELECT|WITH)\b", re.IGNORECASE)
+_DECLARE = re.compile(r"^\s*DECLARE\s+(.*?)\s*$", re.IGNORECASE | re.DOTALL)
+_DECLARE_ITEM = re.compile(
+    r"^\s*@(\w+)\s+(?:AS\s+)?(\w+(?:\s*\(\s*(?:max|\d+)\s*(?:,\s*\d+\s*)?\))?)(?:\s*=\s*(.+?))?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_SET_VARIABLE = re.compile(r"^\s*SET\s+@(\w+)\s*=\s*(.+?)\s*$", re.IGNORECASE | re.DOTALL)
+_EXEC_BATCH = re.compile(
+    r"^\s*EXEC(?:UTE)?\s+(?:@(\w+)\s*=\s*)?(?:\[?\w+\]?\.)?(?:\[?(\w+)\]?\.)?\[?(\w+)\]?(.*?)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_VARIABLE = re.compile(r"'(?:[^']|'')*'|\[[^\]]*\]|\"[^\"]*\"|(?<![@\w])@(\w+)")
+_NOCOUNT = re.compile(r"^\s*SET\s+NOCOUNT\s+(ON|OFF)\s*;?\s*$", re.IGNORECASE)
+
+
+def split_batch(sql: str) -> list[str]:
+    """The statements of a ';'-separated batch (semicolons in quotes, brackets and comments kept)."""
+    parts, current, i, n = [], [], 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        closer = {"'": "'", "[": "]", '"': '"'}.get(ch)
+        if closer:
+            j = i + 1
+            while j < n:
+                if sql[j] == closer:
+                    if closer in "'\"]" and j + 1 < n and sql[j + 1] == closer:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            current.append(sql[i : j + 1])
+            i = j + 1
+            continue
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            j = n if j < 0 else j
+            current.append(sql[i:j])
+            i = j
+            continue
+        if sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            current.append(sql[i:j])
+            i = j
+            continue
+        if ch == ";":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def is_batch(sql: str) -> bool:
+    statements = split_batch(sql)
+    return len(statements) > 1 or bool(statements and re.match(r"^\s*(DECLARE\b|SET\s+@)", statements[0], re.I))
+
+
+def translate_batch(sql: str, resolver: Resolver | None = None, *, nocount: bool = False) -> Translation:
+    """A T-SQL batch as PostgreSQL statements, one per T-SQL statement, with the results to hide."""
+    variables: dict[str, sstypes.ColumnType] = {}
+    statements: list[str] = []
+    results: list[str] = []
+
+    def emit(statement: str, hide: bool | str) -> None:
+        statements.append(statement)
+        results.append(hide if isinstance(hide, str) else ("hide" if hide else "show"))
+
+    for statement in split_batch(sql):
+        m = _NOCOUNT.match(statement)
+        if m:
+            nocount = m.group(1).upper() == "ON"
+            emit(translate(statement, resolver).sql, True)
+            continue
+        m = _DECLARE.match(statement)
+        if m:
+            for item in _split_args(m.group(1)):
+                dm = _DECLARE_ITEM.match(item)
+                if not dm:
+                    raise Untranslatable(sql, f"cannot read the declaration {item.strip()!r}")
+                try:
+                    variables[dm.group(1).lower()] = sstypes.parse(dm.group(2))
+                except sstypes.UnsupportedType as error:
+                    raise Untranslatable(sql, str(error)) from error
+                value = _batch_expression(sql, dm.group(3), variables, resolver) if dm.group(3) else "NULL"
+                emit(_assign(dm.group(1), value), True)
+            continue
+        m = _SET_VARIABLE.match(statement)
+        if m:
+            _variable_type(sql, variables, m.group(1))
+            emit(_assign(m.group(1), _batch_expression(sql, m.group(2), variables, resolver)), True)
+            continue
+        m = _EXEC_BATCH.match(statement)
+        if m:
+            for pg, hide in _batch_exec(sql, m, variables, nocount):
+                emit(pg, hide)
+            continue
+        result = translate(_substitute_variables(sql, statement, variables), resolver)
+        if result.extra or result.isolation:
+            raise Untranslatable(sql, f"{statement!r} is not supported inside a batch")
+        if _BATCH_SELECT.match(statement):
+            emit(result.sql, False)
+        else:  # DML: a row count unless NOCOUNT; anything else: nothing the client sees
+            emit(result.sql, not (_BATCH_DML.match(statement) and not nocount))
+    return Translation(";\n".join(statements), results=results, nocount=nocount)
+
+
+def _variable_type(sql: str, variables: dict[str, sstypes.ColumnType], name: str) -> sstypes.ColumnType:
+    found = variables.get(name.lower())
+    if found is None:  # SQL Server: Msg 137
+        raise Untranslatable(sql, f'Must declare the scalar variable "@{name}". (137)')
+    return found
+
+
+def _substitute_variables(sql: str, text: str, variables: dict[str, sstypes.ColumnType]) -> str:
+    """``@v`` -> the variable's value, cast to its declared type (outside quotes and brackets)."""
+
+    def one(m: re.Match) -> str:
+        if m.group(1) is None:
+            return m.group(0)
+        declared = _variable_type(sql, variables, m.group(1)).declared
+        return f"CAST(standin.batch_variable('{m.group(1).lower()}') AS {declared})"
+
+    return _VARIABLE.sub(one, text)
+
+
+def _batch_expression(sql: str, expression: str, variables, resolver: Resolver | None) -> str:
+    selected = translate(f"SELECT {_substitute_variables(sql, expression, variables)}", resolver).sql
+    return f"({selected})"
+
+
+def _assign(name: str, pg_value: str) -> str:
+    return f"SELECT standin.set_batch_variable('{name.lower()}', ({pg_value})::text)"
+
+
+def _batch_exec(sql: str, m: re.Match, variables, nocount: bool) -> list[tuple[str, bool | str]]:
+    """EXEC [@r =] <emulated procedure> ...: its PostgreSQL statements, each with what the client sees
+    of it (True: hidden, False: shown, "count": reported as a row count)."""
+    target, name, args_text = m.group(1), m.group(3), m.group(4)
+    if target is not None:
+        _variable_type(sql, variables, target)
+    proc = name.lower()
+    if proc == "sp_getapplock":
+        args = _named_args(
+            sql, name, args_text, variables, ["resource", "lockmode", "lockowner", "locktimeout", "dbprincipal"]
+        )
+        call = f"sys.sp_getapplock({', '.join(f'{k} => {v}' for k, v in args.items())})"
+        var = (target or "__return").lower()
+        out: list[tuple[str, bool | str]] = [(_assign(var, call), True)]
+        # The procedure's own DML: one row count unless NOCOUNT (reported by the proxy from this SELECT,
+        # so the login needs no privilege). That sp_getapplock sends one is a guess (its source is not public).
+        out.append(("SELECT 1", True if nocount else "count"))
+        return out
+    if proc not in PROCEDURES:
+        raise Untranslatable(sql, f"procedure {name} is not emulated")
+    returns_rows, names = PROCEDURES[proc]
+    args = _named_args(sql, name, args_text, variables, names)
+    call = f"sys.{proc}({', '.join(f'{k} => {v}' for k, v in args.items())})"
+    out = [(f"SELECT * FROM {call}" if returns_rows else f"CALL {call}", not returns_rows)]
+    if target is not None:  # the emulated procedures return 0 (success) when they do not raise
+        out.append((_assign(target, "0"), True))
+    return out
+
+
+def _named_args(sql: str, name: str, args_text: str, variables, names: list[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    for i, raw in enumerate(_split_args(args_text)):
+        am = re.match(r"^\s*(?:@(\w+)\s*=\s*)?(.+?)\s*$", raw, re.DOTALL)
+        if not am:
+            raise Untranslatable(sql, f"cannot read argument {raw!r}")
+        pname = (am.group(1) or (names[i] if i < len(names) else "")).lower()
+        if pname not in names:
+            raise Untranslatable(sql, f"{name} has no parameter @{pname}")
+        value = am.group(2).strip()
+        vm = re.fullmatch(r"@(\w+)", value)
+        if vm:
+            declared = _variable_type(sql, variables, vm.group(1))
+            args[pname] = f"CAST(standin.batch_variable('{vm.group(1).lower()}') AS {declared.pg_type})"
+        else:
+            args[pname] = _literal(sql, value)
+    return args

@@ -70,6 +70,7 @@ class UnsupportedType(ValueError):
     pass
 
 
+_SYNONYMS = {"integer": "int", "dec": "decimal", "character": "char"}
 _DECL = re.compile(r"^\s*(\w+)\s*(?:\(\s*(max|\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$", re.IGNORECASE)
 
 
@@ -78,7 +79,9 @@ def parse(declared: str) -> ColumnType:
     m = _DECL.match(declared)
     if not m:
         raise UnsupportedType(f"cannot read SQL Server type {declared!r}")
-    name = m.group(1).lower()
+    # One-word synonyms map to their base type, which is what sys.types then reports (Learn, "Data
+    # type synonyms (Transact-SQL)"); multi-word ones (double precision, national char, ...) are not read.
+    name = _SYNONYMS.get(m.group(1).lower(), m.group(1).lower())
     arg1 = m.group(2)
     arg2 = int(m.group(3)) if m.group(3) is not None else None
     n = MAX if arg1 and arg1.lower() == "max" else (int(arg1) if arg1 else None)

@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
     ConcurrentCaptureError,
+    ServerConfigurationError,
     UnknownTableError,
 )
 from airflow_provider_cdc.cdc.incremental import signal_columns_problem
@@ -196,7 +197,11 @@ INSTANCES_SQL = (
     "JOIN sys.schemas s ON t.schema_id = s.schema_id "
     "ORDER BY s.name, t.name, ct.create_date, ct.capture_instance"
 )
-CAPTURED_COLUMNS_SQL = "SELECT column_name FROM cdc.captured_columns WHERE object_id = ? ORDER BY column_ordinal"
+#: Computed columns are always NULL in change rows (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>):
+#: not captured (types.CATALOG_SQL leaves them out of the table too).
+CAPTURED_COLUMNS_SQL = (
+    "SELECT column_name FROM cdc.captured_columns WHERE object_id = ? AND is_computed = 0 ORDER BY column_ordinal"
+)
 _KEY_COLUMNS = (
     "SELECT c.name FROM sys.indexes i "
     "JOIN sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id "
@@ -207,9 +212,12 @@ _KEY_COLUMNS = (
 #: The primary key's columns; with @index_name, that unique index's (Debezium's rule).
 PRIMARY_KEY_SQL = _KEY_COLUMNS + "i.is_primary_key = 1 ORDER BY ic.key_ordinal"
 INDEX_KEY_SQL = _KEY_COLUMNS + "i.name = ? ORDER BY ic.key_ordinal"
+#: User tables a pattern may match: not SQL Server's own, not CDC's (its change tables, and
+#: dbo.systranschemas, which sp_cdc_enable_db creates: Debezium leaves it out by name,
+#: SqlServerConnectorConfig.SystemTablesPredicate, as its is_ms_shipped flag is not documented).
 TABLES_SQL = (
     "SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
-    "WHERE t.is_ms_shipped = 0 AND s.name <> N'cdc'"
+    "WHERE t.is_ms_shipped = 0 AND s.name <> N'cdc' AND t.name <> N'systranschemas'"
 )
 
 
@@ -271,7 +279,11 @@ def describe_tables(
                 f"table {name} has no capture instance: CDC is not enabled on it. Run: {_enable_table(ref)}"
             )
             continue
-        columns = table_columns(conn, ref)
+        # Only columns some capture instance records (@captured_column_list): the others have no change
+        # data, so events (the snapshot's too) leave them out, as Debezium does (docs/sqlserver-standin.md).
+        captured = {c for instance in table_instances for c in instance.columns}
+        source_columns = table_columns(conn, ref)
+        columns = tuple(c for c in source_columns if c.name in captured)
         newest = table_instances[-1]
         index_name = newest.index_name
         key = tuple(
@@ -293,7 +305,7 @@ def describe_tables(
                 f"{_disable_table(ref, newest.name)} {_enable_table(ref, newest.name, index_name=index)}"
             )
             continue
-        names = {c.name for c in columns}
+        names = {c.name for c in source_columns}
         gone = [c for c in newest.columns if c not in names]
         if gone:
             problems.append(
@@ -400,7 +412,8 @@ ROLE_SQL = "SELECT role_name FROM cdc.change_tables WHERE capture_instance = ?"
 
 
 def check_table_access(conn: Any, tables: Sequence[TableRef]) -> list[str]:
-    """Can the capture login read each table (the snapshot does)? Error 229 otherwise."""
+    """Can the capture login read each table (the snapshot does)? Error 229 otherwise, or 230 where
+    SELECT was granted on some of its columns only (the snapshot reads them all)."""
     denied = []
     for ref in tables:
         try:
@@ -409,7 +422,7 @@ def check_table_access(conn: Any, tables: Sequence[TableRef]) -> list[str]:
             number = error_number(exc)
             if number == 208:  # no such table: reported by describe_tables
                 continue
-            if number != 229:
+            if number not in (229, 230):
                 raise
             denied.append(ref)
     if not denied:
@@ -417,15 +430,18 @@ def check_table_access(conn: Any, tables: Sequence[TableRef]) -> list[str]:
     user = quote(str(value(conn, USER_SQL)))
     return [
         f"the capture login (database user {user}) cannot SELECT from {_names(denied)}, which the snapshot reads "
-        f"(SQL Server error 229). Run: "
+        f"(SQL Server error 229 or 230). Run: "
         + " ".join(f"GRANT SELECT ON {r.quoted(SQLSERVER_NAMES)} TO {user};" for r in denied)
     ]
 
 
 def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
-    """Can the capture login read each capture instance's changes? Error 229 otherwise: SELECT on
-    the change tables (the cdc schema) and, for an instance with a gating role, membership of it."""
+    """Can the capture login read each capture instance's changes? SELECT on the change tables (the
+    cdc schema; error 229 otherwise), and, for ``sys.fn_cdc_get_min_lsn`` and the change functions,
+    SELECT on the source table's captured columns and membership of the gating role (the function
+    returns 0x00 to a caller without them: :func:`instance_access_problem`)."""
     denied: list[tuple[str, str]] = []
+    unauthorized: list[str] = []
     for table in tables:
         for instance in table.instances:
             try:
@@ -434,8 +450,13 @@ def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
                 if error_number(exc) != 229:
                     raise
                 denied.append((instance.name, _server_said(exc)))
+            found = lsn_or_none(value(conn, MIN_LSN_SQL, instance.name))
+            unreadable = found is None or int(found) == 0
+            problem = instance_access_problem(conn, instance.name, table_denial_reported=True) if unreadable else None
+            if problem is not None:
+                unauthorized.append(problem)
     if not denied:
-        return []
+        return unauthorized
     user = quote(str(value(conn, USER_SQL)))
     roles = sorted({str(r) for name, _ in denied for r in [value(conn, ROLE_SQL, name)] if r})
     fix = f"GRANT SELECT ON SCHEMA::[cdc] TO {user};"
@@ -444,7 +465,8 @@ def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
     names = ", ".join(repr(name) for name, _ in denied)
     return [
         f"the capture login (database user {user}) cannot read the changes of capture instance(s) {names}: "
-        f"{denied[0][1]}. Run: {fix}"
+        f"{denied[0][1]}. Run: {fix}",
+        *unauthorized,
     ]
 
 
@@ -509,9 +531,72 @@ def max_lsn(conn: Any) -> SqlServerLsn | None:
 
 
 def min_lsn(conn: Any, instance: str) -> SqlServerLsn | None:
-    """``sys.fn_cdc_get_min_lsn``: the oldest change an instance still holds (None: no such instance)."""
-    found = lsn_or_none(value(conn, "SELECT sys.fn_cdc_get_min_lsn(?)", instance))
-    return None if found is None or int(found) == 0 else found
+    """``sys.fn_cdc_get_min_lsn``: the oldest change an instance still holds (None: no such instance).
+
+    The function returns 0x00 both for an instance that does not exist and for a caller not
+    authorized to read its changes (Microsoft's page for it, Remarks): the second is told apart
+    with ``cdc.change_tables`` and fails with the grants to add, never taken for "disabled"."""
+    found = lsn_or_none(value(conn, MIN_LSN_SQL, instance))
+    if found is not None and int(found) != 0:
+        return found
+    problem = instance_access_problem(conn, instance)
+    if problem is not None:
+        raise ServerConfigurationError(problem)
+    return None
+
+
+MIN_LSN_SQL = "SELECT sys.fn_cdc_get_min_lsn(?)"
+INSTANCE_SOURCE_SQL = (
+    "SELECT ct.role_name, s.name, t.name, ct.object_id FROM cdc.change_tables ct "
+    "JOIN sys.tables t ON t.object_id = ct.source_object_id JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "WHERE ct.capture_instance = ?"
+)
+IS_MEMBER_SQL = "SELECT IS_MEMBER(?)"
+COLUMN_SELECT_SQL = "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'SELECT', ?, 'COLUMN')"
+TABLE_SELECT_SQL = "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'SELECT')"
+
+
+def instance_access_problem(conn: Any, instance: str, *, table_denial_reported: bool = False) -> str | None:
+    """Why the capture login may not read ``instance``'s changes, with the grants that fix it; None
+    when it may, or when the instance does not exist. Reading change data needs SELECT on every
+    captured column of the source table and, with a gating role, membership of it (sysadmin and
+    db_owner need neither): Microsoft's pages for ``sys.fn_cdc_get_min_lsn`` and
+    ``cdc.fn_cdc_get_all_changes_<capture_instance>``, Permissions. With ``table_denial_reported``
+    (the preflight's :func:`check_table_access` names ``GRANT SELECT`` on a table the login cannot
+    read at all) that grant is not repeated here."""
+    user = quote(str(value(conn, USER_SQL)))
+    try:
+        listed = rows(conn, INSTANCE_SOURCE_SQL, instance)
+    except Exception as exc:
+        if error_number(exc) != 229:
+            raise
+        return (
+            f"the capture login (database user {user}) cannot read cdc.change_tables, so it cannot tell whether "
+            f"capture instance {instance!r} exists ({_server_said(exc)}). Run: GRANT SELECT ON SCHEMA::[cdc] TO {user};"
+        )
+    if not listed:
+        return None
+    role, schema, table, object_id = listed[0]
+    fixes = []
+    if role and value(conn, IS_MEMBER_SQL, str(role)) != 1:
+        fixes.append(f"ALTER ROLE {quote(str(role))} ADD MEMBER {user}; (the instance's gating role)")
+    source = f"{quote(str(schema))}.{quote(str(table))}"
+    columns = [str(r[0]) for r in rows(conn, CAPTURED_COLUMNS_SQL, object_id)]
+    denied = [c for c in columns if value(conn, COLUMN_SELECT_SQL, source, c) != 1]
+    if denied and table_denial_reported and value(conn, TABLE_SELECT_SQL, source) != 1:
+        denied = []  # the table's own GRANT SELECT is in the preflight already
+    if denied:
+        fixes.append(
+            f"GRANT SELECT ON {source} TO {user}; (or SELECT on its captured columns {', '.join(map(quote, denied))})"
+        )
+    if not fixes:
+        return None
+    return (
+        f"the capture login (database user {user}) is not authorized to read the changes of capture instance "
+        f"{instance!r} of {source} (sys.fn_cdc_get_min_lsn returns 0x00 for it, as for an instance that does not "
+        f"exist; the instance exists): reading change data needs SELECT on every captured column of the source "
+        f"table and membership of the instance's gating role. Run: {' '.join(fixes)}"
+    )
 
 
 MAP_OPERATORS = (
@@ -546,11 +631,18 @@ def lsn_times(conn: Any, low: SqlServerLsn, high: SqlServerLsn) -> dict[int, tup
 
 # -- the capture lock ----------------------------------------------------------------------------
 
+#: sp_getapplock's return code: >= 0 granted (0 at once, 1 after waiting), < 0 not (-1 timed out, -2
+#: cancelled, -3 deadlock victim, -999 call error): learn.microsoft.com/en-us/sql/relational-databases/
+#: system-stored-procedures/sp-getapplock-transact-sql, "Return code values". SET NOCOUNT ON keeps row
+#: counts (of the procedure's own statements too) from arriving as results before the SELECT; it is set
+#: back to SQL Server's default (OFF) before the SELECT, so the session is left as it was.
 LOCK_SQL = (
+    "SET NOCOUNT ON; "
     "DECLARE @result int; "
     "EXEC @result = sys.sp_getapplock @Resource = ?, @LockMode = N'Exclusive', @LockOwner = N'Session', "
     "@LockTimeout = 0; "
-    "SELECT @result"
+    "SET NOCOUNT OFF; "
+    "SELECT @result AS lock_result"
 )
 UNLOCK_SQL = "EXEC sys.sp_releaseapplock @Resource = ?, @LockOwner = N'Session'"
 
@@ -562,13 +654,28 @@ def lock_resource(capture: str) -> str:
 
 def try_capture_lock(conn: Any, capture: str) -> None:
     """Take the capture's application lock (``sp_getapplock``, owned by the session) or fail at once."""
-    result = value(conn, LOCK_SQL, lock_resource(capture))
+    result = _batch_value(conn, LOCK_SQL, lock_resource(capture))
     if result is None or int(result) < 0:
         raise ConcurrentCaptureError(
             f"capture {capture!r} is already running in another session (it holds the SQL Server application lock "
             f"{lock_resource(capture)!r}). Only one run per capture may read at a time: set max_active_runs=1 on "
             "the DAG, and wait for the other run to finish."
         )
+
+
+def _batch_value(conn: Any, batch: str, *params: Any) -> Any:
+    """The first value of a batch's first result with columns: results without columns (row counts a
+    server or driver still sends) are skipped with ``nextset``."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute(batch, *params)
+        while cursor.description is None:
+            if not cursor.nextset():
+                return None
+        found = cursor.fetchone()
+        return found[0] if found else None
+    finally:
+        cursor.close()
 
 
 def release_capture_lock(conn: Any, capture: str) -> None:

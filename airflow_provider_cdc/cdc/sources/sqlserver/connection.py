@@ -280,9 +280,14 @@ def connect(info: SqlServerConnectionInfo, *, autocommit: bool = True):  # -> py
     return conn
 
 
+#: The ``(208)`` that ends a diagnostic record: before ``;`` (the next record), the driver's
+#: ``(SQLExecDirectW)`` or the end; not a ``(2)`` inside the message, e.g. in an object's name.
+_ERROR_NUMBER = re.compile(r"\((\d+)\)(?=\s*(?:;|\(SQL\w*\)|$))")
+
+
 def error_number(exc: BaseException) -> int | None:
     """SQL Server's error number from a pyodbc error (the ``(313)`` its message ends with)."""
-    found = re.findall(r"\((\d+)\)", error_message(exc))
+    found = _ERROR_NUMBER.findall(error_message(exc))
     return int(found[0]) if found else None
 
 

@@ -17,7 +17,7 @@ from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
-from airflow_provider_cdc.cdc.sources.sqlserver import admin
+from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SignalTable,
@@ -112,6 +112,7 @@ def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Commit
             commit_times=functools.partial(admin.lsn_times, conn),
             server_time_zone=spec.server_time_zone,
             uncounted=incremental.uncounted,
+            resolve_at=functools.partial(server_clock.resolve_at, conn, server_clock.zone_of(spec.server_time_zone)),
         )
         encoders = {r.instance.name: reader.encoder(r.instance) for r in ranges}
         try:

@@ -9,12 +9,12 @@ empty ``cdc.lsn_time_mapping`` rows); the stand-in the tests use does not (docs/
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sources.sqlserver import admin
+from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 
 
 def capture_job_readiness(conn: Any, until: datetime | None, server_time_zone: str = "UTC") -> Readiness:
@@ -27,21 +27,20 @@ def capture_job_readiness(conn: Any, until: datetime | None, server_time_zone: s
             f"change data capture is not enabled on database {admin.quote(server.database)}: nothing will arrive "
             "(EXEC sys.sp_cdc_enable_db)",
         )
+    try:  # the commit time is local: read in the wrong zone, the sensor would fire early or late
+        server_clock.check_server_zone(conn, server_time_zone)
+    except CdcConfigurationError as exc:
+        return Readiness("failed", str(exc))
     newest = admin.max_lsn(conn)
     agent = "" if admin.agent_running(conn) is not False else " (SQL Server Agent is not running: start it)"
     if newest is None:
         return Readiness("waiting", f"the capture job has not captured any transaction yet{agent}")
     local = admin.value(conn, "SELECT sys.fn_cdc_map_lsn_to_time(?)", newest.to_bytes())
-    at = None if local is None else _utc(local, server_time_zone)
+    zone = server_clock.zone_of(server_time_zone)
+    at = None if local is None else server_clock.resolve_at(conn, zone, newest.to_bytes(), local)
     detail = {"max_lsn": str(newest), "captured_up_to": None if at is None else at.isoformat()}
     if until is None:
         return Readiness("ready", f"the capture job is at {newest} ({at})", detail=detail)
     if at is not None and at >= until:
         return Readiness("ready", f"the capture job has processed every commit up to {until} (at {at})", detail=detail)
     return Readiness("waiting", f"the capture job is at {at}, waiting for it to pass {until}{agent}", detail=detail)
-
-
-def _utc(value: datetime, zone: str) -> datetime:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=ZoneInfo(zone))
-    return value.astimezone(timezone.utc)

@@ -43,7 +43,7 @@ class SqlServerJobSpec:
     incremental_watermarks: str = "insert_insert"
     # How long a stream job waits for the capture job to capture its chunks' watermark rows.
     incremental_watermark_wait_seconds: float = 120.0
-    data_query_mode: str = "function"
+    data_query_mode: str = "direct"
     snapshot_isolation_mode: str = "snapshot"
     server_time_zone: str = "UTC"  # how to read cdc.lsn_time_mapping's local times
     # Capture instances earlier windows read: one of these whose oldest change moved past the
@@ -84,7 +84,7 @@ class SqlServerJobSpec:
             **common,
             connection=SqlServerConnectionInfo.from_dict(data["connection"]),
             incremental_watermark_wait_seconds=float(data.get("incremental_watermark_wait_seconds", 120.0)),
-            data_query_mode=data.get("data_query_mode", "function"),
+            data_query_mode=data.get("data_query_mode", "direct"),
             snapshot_isolation_mode=data.get("snapshot_isolation_mode", "snapshot"),
             server_time_zone=data.get("server_time_zone", "UTC"),
             known_instances=tuple(data.get("known_instances") or ()),

@@ -3,11 +3,20 @@
 A window covers the transactions whose commit LSN (``__$start_lsn``) is in ``[from, to)``. Each
 table's changes are read from the capture instance(s) that cover that range: after a schema
 change a table has two, and the older one is read below the newer one's ``start_lsn``, the newer
-one from there, so no change is lost or read twice. Each instance's rows come ordered by
-``__$start_lsn, __$seqval, __$operation`` (with ``__$command_id`` before ``__$seqval`` when the
-change table is read directly: Debezium's fix for changes of one statement that share a
-``__$seqval``); the instances' streams are merged in that order, which is the commit order of
-the transactions and the log order of the changes inside them.
+one from there, so no change is lost or read twice.
+
+Order inside a transaction is ``__$command_id``'s, not ``__$seqval``'s (Microsoft,
+cdc.<capture_instance>_CT: ``__$seqval`` "should not be used for ordering. Instead, use the
+__$command_id column"). An update of a key or unique column over several rows is stored as a
+delete and an insert per row, all the deletes first in ``__$command_id`` order, while in
+``__$seqval`` order a row's insert may come before another's delete of the same key (KB3030352).
+``direct`` mode (the default, as in Debezium since DBZ-9394) reads the change table ordered by
+``__$start_lsn, __$command_id, __$seqval, __$operation``. ``function`` mode reads
+``cdc.fn_cdc_get_all_changes_<instance>``, which has no ``__$command_id``, ordered by
+``__$start_lsn, __$seqval, __$operation``; a transaction in which a key is inserted and later
+deleted in that order is read again from the change table in ``__$command_id`` order (the only
+way to tell an INSERT then DELETE from a deferred update logged insert-first). The instances'
+streams are merged by commit LSN, then ``__$command_id`` where read.
 
 Operations: 1 delete, 2 insert, 3 and 4 the before and after image of an update (``all update
 old``), which become one ``u`` event; an update that changes the key becomes a ``d`` followed by
@@ -25,9 +34,8 @@ import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
@@ -36,7 +44,7 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.naming import table_topic
 from airflow_provider_cdc.cdc.progress import StreamStats
-from airflow_provider_cdc.cdc.sources.sqlserver import admin
+from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     SOURCE_BLOCK,
@@ -44,13 +52,20 @@ from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     TableEncoder,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.types import MAX
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
 
 FETCH_ROWS = 2000
+#: Function mode: a transaction's rows of one table held to check their order; beyond, read in order.
+BUFFERED_TRANSACTION_ROWS = 10 * FETCH_ROWS
 _OPS = {1: Op.DELETE, 2: Op.CREATE, 4: Op.UPDATE}
+
+
+#: A before-image value SQL Server left out because the column did not change: the after image's.
+_FROM_AFTER = object()
 
 
 class ChangesPurgedError(CdcStateError):
@@ -97,21 +112,71 @@ def readable(ranges: Sequence[InstanceRange]) -> list[InstanceRange]:
     return out
 
 
-def changes_sql(instance: CaptureInstance, encoder: TableEncoder, mode: str) -> str:
-    """The T-SQL that reads one instance's change rows of ``[?, ?]`` (both inclusive), ordered."""
-    metadata = "__$start_lsn, __$seqval, __$operation"
+#: Columns a change row may not carry (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>,
+#: Remarks): image/text/ntext are NULL when __$operation is 1 or 3; varchar(max)/nvarchar(max)/
+#: varbinary(max) are NULL when it is 3 unless the column changed. (Computed columns, always NULL,
+#: are not captured at all: types.CATALOG_SQL, admin.CAPTURED_COLUMNS_SQL.)
+_LOB_TYPES = ("text", "ntext", "image")
+_MAX_TYPES = ("varchar", "nvarchar", "varbinary")
+
+
+def uncarried_columns(encoder: TableEncoder) -> list[tuple[int, str]]:
+    """``(index, "lob" | "max")`` of the encoder's columns whose before image SQL Server may leave NULL."""
+    out = []
+    for i, column in enumerate(encoder.columns):
+        if column.type.name in _LOB_TYPES:
+            out.append((i, "lob"))
+        elif column.type.name in _MAX_TYPES and column.type.max_length == MAX:
+            out.append((i, "max"))
+    return out
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+@dataclass(frozen=True)
+class ChangesQuery:
+    """How one instance's change rows are read. ``sql`` reads ``[?, ?]`` (both inclusive); its rows
+    are ``__$start_lsn, __$seqval, __$operation``, then ``__$command_id`` when ``command_ids``, then
+    the captured columns. ``transaction_sql`` reads one transaction (``__$start_lsn = ?``) from the
+    change table in ``__$command_id`` order, with ``__$command_id``: function mode uses it for a
+    transaction whose ``__$seqval`` order may be wrong. After the captured columns, a row has one
+    ``__$update_mask`` flag (changed or not) per :func:`uncarried_columns`. ``key_positions``: the
+    key's columns in a row without ``__$command_id``."""
+
+    sql: str
+    command_ids: bool
+    transaction_sql: str
+    key_positions: tuple[int, ...]
+
+
+_METADATA = "__$start_lsn, __$seqval, __$operation"
+# Microsoft: __$seqval "Should not be used for ordering. Instead, use the __$command_id column"
+# (cdc.<capture_instance>_CT); Debezium's direct mode orders so too (SqlServerConnection.java).
+_COMMAND_ORDER = "ORDER BY __$start_lsn, __$command_id, __$seqval, __$operation"
+
+
+def changes_sql(instance: CaptureInstance, encoder: TableEncoder, mode: str) -> ChangesQuery:
+    """The T-SQL that reads one instance's change rows, ordered (see :class:`ChangesQuery`)."""
+    table = quote(f"{instance.name}_CT")
+    columns = encoder.select_list() + "".join(
+        f", sys.fn_cdc_has_column_changed(N'{_literal(instance.name)}', N'{_literal(encoder.columns[i].name)}', "
+        f"__$update_mask) AS {quote('__$changed_' + encoder.columns[i].name)}"
+        for i, _kind in uncarried_columns(encoder)
+    )
+    direct = f"SELECT {_METADATA}, __$command_id, {columns} FROM cdc.{table} "
+    transaction_sql = direct + "WHERE __$start_lsn = ? " + _COMMAND_ORDER
+    keys = tuple(3 + i for i in encoder.key_indexes)
     if mode == "function":
         function = quote(f"fn_cdc_get_all_changes_{instance.name}")
-        return (
-            f"SELECT {metadata}, {encoder.select_list()} FROM cdc.{function}(?, ?, N'all update old') "
+        sql = (
+            f"SELECT {_METADATA}, {columns} FROM cdc.{function}(?, ?, N'all update old') "
             "ORDER BY __$start_lsn, __$seqval, __$operation"
         )
-    table = quote(f"{instance.name}_CT")
-    return (
-        f"SELECT {metadata}, {encoder.select_list()} FROM cdc.{table} "
-        "WHERE __$start_lsn >= ? AND __$start_lsn <= ? "
-        "ORDER BY __$start_lsn, __$command_id, __$seqval, __$operation"
-    )
+        return ChangesQuery(sql, False, transaction_sql, keys)
+    sql = direct + "WHERE __$start_lsn >= ? AND __$start_lsn <= ? " + _COMMAND_ORDER
+    return ChangesQuery(sql, True, transaction_sql, keys)
 
 
 def check_retention(
@@ -163,9 +228,12 @@ class WindowReader:
         commit_times: Callable[[SqlServerLsn, SqlServerLsn], dict[int, tuple[datetime, bytes | None]]],
         server_time_zone: str = "UTC",
         uncounted: frozenset[TableRef] = frozenset(),
+        resolve_at: Callable[[bytes, datetime], datetime] | None = None,
     ):
         """``uncounted``: tables read for the capture's own use (the signal table), whose rows
-        are neither changes nor part of the transaction metadata."""
+        are neither changes nor part of the transaction metadata. ``resolve_at(lsn, local)``: the
+        instant of a commit whose local time is in a repeated hour (clocks going back), from the
+        commits of that hour before it (server_clock.resolve_at); without it, from this window's."""
         self.tables = tables
         self._uncounted = uncounted
         self.context = context
@@ -173,10 +241,15 @@ class WindowReader:
         self.max_changes_per_chunk = max_changes_per_chunk
         self.flush = flush
         self.commit_times = commit_times
-        self.zone = ZoneInfo(server_time_zone)
+        self.zone = server_clock.zone_of(server_time_zone)
+        # Commit times in LSN order: the second pass of a repeated hour is recognised by going back.
+        self._clock = server_clock.CommitClock(self.zone)
+        self._resolve_at = resolve_at
+        self._anchored_hour: tuple[datetime, datetime] | None = None
         self.stats = StreamStats()
         self._buffers: dict[str, StreamEventBuffer] = {}
         self._encoders: dict[str, TableEncoder] = {}
+        self._uncarried: dict[str, list[tuple[int, str]]] = {}  # per instance: uncarried_columns
         self._pending_transactions: list[dict] = []
         self._buffered = 0
         self._times: dict[int, tuple[datetime, bytes | None]] = {}
@@ -205,7 +278,10 @@ class WindowReader:
         for instance, row in rows:
             # The raw bytes compared, an LSN object made once per transaction: this loop runs per row.
             raw_start, seqval, operation = row[0], int.from_bytes(row[1], "big"), int(row[2])
-            values = row[3:]
+            width = len(self.encoder(instance).columns)
+            values, changed = row[3 : 3 + width], row[3 + width :]
+            if operation in (1, 3) and changed:
+                values = self._before_image(instance, values, changed, operation)
             if current is None or raw_start != current_start:
                 if current is not None:
                     self._end(current)
@@ -222,7 +298,7 @@ class WindowReader:
                         "before image "
                         "(the change rows were read with a row filter other than 'all update old')"
                     )
-                before, pending_before = pending_before, None
+                before, pending_before = self._unchanged_from_after(instance, pending_before, values), None
             self._event(instance, current, operation, before, values, seqval)
             if self._buffered >= self.max_changes_per_chunk:
                 self._flush_chunk()
@@ -231,6 +307,31 @@ class WindowReader:
         self._flush_chunk()
         return self.stats
 
+    def _before_image(self, instance: CaptureInstance, values: tuple, changed: tuple, operation: int) -> tuple:
+        """A delete's or an update's before image with what SQL Server did not carry marked: an
+        image/text/ntext value of a delete or of a changed column is unknown (the unavailable-value
+        placeholder, as PostgreSQL's unchanged TOAST values); an unchanged column's is left as
+        :data:`_FROM_AFTER`, taken from the after image (:meth:`_unchanged_from_after`)."""
+        out = list(values)
+        found = self._uncarried.get(instance.name)
+        if found is None:
+            found = self._uncarried[instance.name] = uncarried_columns(self.encoder(instance))
+        for (index, kind), flag in zip(found, changed):
+            if operation == 3 and not flag:
+                out[index] = _FROM_AFTER
+            elif kind == "lob":
+                out[index] = self._placeholder(instance, index)
+        return tuple(out)
+
+    def _unchanged_from_after(self, instance: CaptureInstance, before: tuple, after: tuple) -> tuple:
+        return tuple(a if b is _FROM_AFTER else b for b, a in zip(before, after))
+
+    def _placeholder(self, instance: CaptureInstance, index: int) -> Any:
+        placeholder = self.settings.modes.unavailable_value_placeholder
+        if self.encoder(instance).columns[index].type.name != "image":
+            return placeholder
+        return bytes.fromhex(placeholder[4:]) if placeholder.startswith("hex:") else placeholder.encode()
+
     def _begin(self, commit_lsn: SqlServerLsn, window: Window) -> _Transaction:
         found = self._times.get(int(commit_lsn))
         if found is None:
@@ -238,9 +339,20 @@ class WindowReader:
             self._times = self.commit_times(commit_lsn, SqlServerLsn(window.to_lsn).previous())
             found = self._times.get(int(commit_lsn))
         end_time, tran_id = found if found is not None else (None, None)
-        ts_ms = 0 if end_time is None else int(_utc(end_time, self.zone).timestamp() * 1000)
+        ts_ms = 0 if end_time is None else int(self._utc(commit_lsn, end_time).timestamp() * 1000)
         transaction_id = tran_id.hex() if tran_id else str(commit_lsn)
         return _Transaction(commit_lsn, transaction_id, ts_ms)
+
+    def _utc(self, commit_lsn: SqlServerLsn, local: datetime) -> datetime:
+        """``cdc.lsn_time_mapping`` times are the server's local time: in its zone, across DST."""
+        if self._resolve_at is not None and server_clock.is_repeated(local, self.zone):
+            hour = server_clock.repeated_hour(local, self.zone)
+            if hour != self._anchored_hour:  # its first commit here: earlier windows may hold the hour's start
+                self._anchored_hour = hour
+                found = self._resolve_at(commit_lsn.to_bytes(), local)
+                self._clock.last = found if self._clock.last is None else max(self._clock.last, found)
+                return found
+        return self._clock.utc(local)
 
     def _event(
         self,
@@ -325,16 +437,15 @@ class WindowReader:
 def merged_changes(
     connect: Callable[[], Any],
     ranges: Sequence[InstanceRange],
-    sql_for: Callable[[CaptureInstance], str],
+    query_for: Callable[[CaptureInstance], ChangesQuery],
 ) -> Iterator[tuple[CaptureInstance, tuple]]:
-    """The change rows of every range, merged by (commit LSN, change LSN, operation)."""
+    """The change rows of every range (``start_lsn, seqval, operation, values...``), merged by
+    (commit LSN, ``__$command_id``, ``__$seqval``, operation)."""
     opened: list[Any] = []
 
-    def rows(part: InstanceRange) -> Iterator[tuple]:
-        conn = connect()
-        opened.append(conn)
+    def pages(conn: Any, sql: str, *params: Any) -> Iterator[tuple]:
         cursor = conn.cursor()
-        cursor.execute(sql_for(part.instance), part.low.to_bytes(), part.high.previous().to_bytes())
+        cursor.execute(sql, *params)
         while True:
             page = cursor.fetchmany(FETCH_ROWS)
             if not page:
@@ -343,9 +454,26 @@ def merged_changes(
                 yield tuple(row)
         cursor.close()
 
-    def keyed(part: InstanceRange) -> Iterator[tuple[tuple[bytes, bytes, int], CaptureInstance, tuple]]:
-        for row in rows(part):
-            yield (bytes(row[0]), bytes(row[1]), int(row[2])), part.instance, row
+    def keyed(part: InstanceRange) -> Iterator[tuple[tuple[bytes, int, bytes, int], CaptureInstance, tuple]]:
+        conn = connect()
+        opened.append(conn)
+        query = query_for(part.instance)
+        rows = pages(conn, query.sql, part.low.to_bytes(), part.high.previous().to_bytes())
+        if query.command_ids:
+            ordered = (_without_command_id(row) for row in rows)
+        else:
+            # A connection of its own: the first one's result set is still open (no MARS).
+            second: list[Any] = []
+
+            def read_transaction(lsn: bytes) -> Iterator[tuple]:
+                if not second:
+                    second.append(connect())
+                    opened.append(second[0])
+                return pages(second[0], query.transaction_sql, lsn)
+
+            ordered = _in_command_order(rows, query, read_transaction)
+        for key, row in ordered:
+            yield key, part.instance, row
 
     try:
         for _key, instance, row in heapq.merge(*(keyed(p) for p in ranges), key=lambda item: item[0]):
@@ -358,16 +486,77 @@ def merged_changes(
                 pass
 
 
-def _utc(value: datetime, zone: ZoneInfo) -> datetime:
-    """``cdc.lsn_time_mapping`` times are the server's local time (naive): interpret them in its zone."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=zone)
-    return value.astimezone(timezone.utc)
+def _without_command_id(row: tuple) -> tuple[tuple[bytes, int, bytes, int], tuple]:
+    """A change-table row's merge key, and the row without its ``__$command_id``."""
+    return (bytes(row[0]), int(row[3]), bytes(row[1]), int(row[2])), row[:3] + row[4:]
+
+
+def _in_command_order(
+    rows: Iterator[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
+) -> Iterator[tuple[tuple[bytes, int, bytes, int], tuple]]:
+    """Function-mode rows (no ``__$command_id``), one transaction at a time: as read, unless the
+    ``__$seqval`` order may be wrong (:func:`seqval_order_is_ambiguous`); then the transaction is
+    read again from the change table in ``__$command_id`` order. Holds up to
+    :data:`BUFFERED_TRANSACTION_ROWS` rows of one table's transaction in memory; a larger one is
+    read from the change table, streamed, whether ambiguous or not."""
+    transaction: list[tuple] = []
+    skipping: bytes | None = None  # a large transaction read from the change table instead
+    for row in rows:
+        lsn = bytes(row[0])
+        if lsn == skipping:
+            continue
+        if transaction and lsn != bytes(transaction[0][0]):
+            yield from _transaction_in_order(transaction, query, read_transaction)
+            transaction = []
+        transaction.append(row)
+        if len(transaction) > BUFFERED_TRANSACTION_ROWS:
+            skipping, transaction = lsn, []
+            yield from (_without_command_id(r) for r in read_transaction(lsn))
+    if transaction:
+        yield from _transaction_in_order(transaction, query, read_transaction)
+
+
+def _transaction_in_order(
+    transaction: list[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
+) -> Iterator[tuple[tuple[bytes, int, bytes, int], tuple]]:
+    if not seqval_order_is_ambiguous(transaction, query.key_positions):
+        for row in transaction:
+            yield (bytes(row[0]), 0, bytes(row[1]), int(row[2])), row
+        return
+    again = [_without_command_id(row) for row in read_transaction(bytes(transaction[0][0]))]
+    if len(again) != len(transaction):  # cannot happen while the window is below the cleanup's low water mark
+        raise CdcStateError(
+            f"the change table holds {len(again)} rows of transaction {SqlServerLsn(bytes(transaction[0][0]))} where "
+            f"the change function returned {len(transaction)}: the cleanup job ran while it was read. Run the "
+            "window again"
+        )
+    log.info("transaction %s re-read in __$command_id order", SqlServerLsn(bytes(transaction[0][0])))
+    yield from again
+
+
+def seqval_order_is_ambiguous(transaction: Sequence[tuple], key_positions: Sequence[int]) -> bool:
+    """Whether a transaction's rows in ``__$seqval`` order insert a key (2) and later delete it (1).
+
+    That is what an ``INSERT`` then a ``DELETE`` of the key looks like, and also a deferred update
+    (an update of a key or unique column: a delete and an insert per row) whose insert SQL Server
+    logged first (KB3030352: "an insert operation may unexpectedly appear before a delete
+    operation"; ``__$seqval`` "should not be used for ordering", cdc.<capture_instance>_CT). Only
+    ``__$command_id`` tells them apart. Without a key, any delete after an insert counts."""
+    inserted: set[tuple] = set()
+    for row in transaction:
+        key = tuple(row[i] for i in key_positions)
+        operation = int(row[2])
+        if operation == 2:
+            inserted.add(key)
+        elif operation == 1 and key in inserted:
+            return True
+    return False
 
 
 __all__ = [
     "SOURCE_BLOCK",
     "ChangesPurgedError",
+    "ChangesQuery",
     "InstanceRange",
     "WindowReader",
     "changes_sql",
@@ -375,4 +564,6 @@ __all__ = [
     "instance_ranges",
     "merged_changes",
     "readable",
+    "seqval_order_is_ambiguous",
+    "uncarried_columns",
 ]

@@ -97,7 +97,9 @@ class SqlServerType:
 #: name, base type name, max_length, precision, scale, is_nullable, is_computed. Alias types
 #: (``CREATE TYPE ... FROM``, ``sysname``) resolve to their system base type; CLR types
 #: (hierarchyid, geometry, geography, user CLR types: system_type_id 240, which no sys.types row
-#: has as its user_type_id) keep their own name.
+#: has as its user_type_id) keep their own name. Computed columns are left out: SQL Server stores
+#: them as NULL in every change row (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>, Remarks),
+#: so no event could carry their value; the snapshot leaves them out too, to match.
 CATALOG_SQL = (
     "SELECT c.name, COALESCE(bt.name, t.name) AS type_name, c.max_length, c.[precision], c.scale, "
     "c.is_nullable, c.is_computed "
@@ -106,7 +108,7 @@ CATALOG_SQL = (
     "JOIN sys.schemas s ON s.schema_id = tb.schema_id "
     "JOIN sys.types t ON t.user_type_id = c.user_type_id "
     "LEFT JOIN sys.types bt ON bt.user_type_id = t.system_type_id AND t.user_type_id <> t.system_type_id "
-    "WHERE s.name = ? AND tb.name = ? "
+    "WHERE s.name = ? AND tb.name = ? AND c.is_computed = 0 "
     "ORDER BY c.column_id"
 )
 
