@@ -220,6 +220,7 @@ class SqlServerCapture(Capture):
                 admin.check_table_access(conn, tables) + admin.check_change_access(conn, list(found.values())),
                 heading="missing permissions",
             )
+            problems.add(admin.check_command_ids(conn, list(found.values())), heading="captured tables are not ready")
             problems.add(admin.check_agent(conn), heading="the capture job is not running")
             # Not a problem: a capture never needs the retention (it detects purges by min LSN); only the
             # health operator reads it, so the grant is named here without failing setup.
@@ -238,7 +239,8 @@ class SqlServerCapture(Capture):
                 stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
                 if stored is not None:
                     where = store.describe(self.topic_prefix)
-                    stored.check_identity(self.identity(server.database_guid, server.database), source=where)
+                    if server.database_guid is not None:  # else reported by check_server
+                        stored.check_identity(self.identity(server.database_guid, server.database), source=where)
                     if server.cdc_enabled and stored.lsn is not None and self.snapshot_mode in ("initial", "never"):
                         # An instance the offset names is gone, and a table has no instance holding its changes
                         # since the offset (a successor that took over before it is a schema change, not a hole).
@@ -290,7 +292,7 @@ class SqlServerCapture(Capture):
             server = admin.server_info(conn)
             # Every run: a zone that matched at setup can stop matching (the server moved, a DST rule).
             server_clock.check_server_zone(conn, self.server_time_zone)
-            run = SqlServerRun(self, hook, conn, self.identity(server.database_guid, server.database))
+            run = SqlServerRun(self, hook, conn, self.identity(server.require_guid(), server.database))
             run.tables = self.resolve_tables(conn)
             yield run
 

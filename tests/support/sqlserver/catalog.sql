@@ -433,13 +433,16 @@ END $$;
 -- GRANT / REVOKE VIEW SERVER STATE TO|FROM <login>: recorded for HAS_PERMS_BY_NAME only; nothing
 -- (sys.dm_server_services included) is gated by it (docs/sqlserver-standin.md, Permissions).
 CREATE TABLE standin.server_permissions (principal text NOT NULL, permission text NOT NULL, PRIMARY KEY (principal, permission));
+-- SQL Server grants VIEW ANY DATABASE to the server role public by default (Learn, "Server-level roles":
+-- public; GRANT Server Permissions).
+INSERT INTO standin.server_permissions VALUES ('public', 'VIEW ANY DATABASE');
 CREATE PROCEDURE standin.server_permission(is_grant boolean, p_permission text, principals text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     who text;
 BEGIN
     FOREACH who IN ARRAY principals LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = who) THEN
+        IF who <> 'public' AND NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = who) THEN
             PERFORM standin.raise_error(15151, format('Cannot find the login ''%s'', because it does not exist or you do not have permission.', who));
         END IF;
         IF is_grant THEN
@@ -672,10 +675,16 @@ CREATE VIEW sys.databases AS
         FROM (VALUES ('master', 1), ('tempdb', 2), ('model', 3), ('msdb', 4)) AS d(name, id)
     ) AS all_databases;
 
+-- A database other than master and tempdb shows only to its owner, or with VIEW ANY DATABASE
+-- (learn.microsoft.com/en-us/sql/relational-databases/system-catalog-views/sys-database-recovery-status-transact-sql);
+-- the server role public holds VIEW ANY DATABASE unless it is revoked (standin.server_permissions' 'public' row).
 CREATE VIEW sys.database_recovery_status AS
     SELECT 5 AS database_id, database_guid, database_guid AS family_guid, NULL::bytea AS last_log_backup_lsn,
            NULL::uuid AS recovery_fork_guid, NULL::uuid AS first_recovery_fork_guid, NULL::bytea AS fork_point_lsn
-    FROM standin.settings;
+    FROM standin.settings
+    WHERE (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM standin.server_permissions sp
+                  WHERE sp.permission = 'VIEW ANY DATABASE' AND sp.principal IN (current_user, 'public'));
 
 CREATE VIEW standin.user_namespaces AS
     SELECT oid, nspname FROM pg_namespace

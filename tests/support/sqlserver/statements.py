@@ -42,7 +42,7 @@ _SQLGLOT_GAPS = (
     # ALTER ROLE ... ADD | DROP MEMBER: learn.microsoft.com/en-us/sql/t-sql/statements/alter-role-transact-sql
     re.compile(r"^\s*ALTER\s+ROLE\s+(\[[^\]]+\]|\w+)\s+(ADD|DROP)\s+MEMBER\s+(\[[^\]]+\]|\w+)\s*;?\s*$", re.I),
     re.compile(
-        r"^\s*(GRANT|REVOKE)\s+VIEW\s+SERVER\s+STATE\s+(TO|FROM)\s+(\[[^\]]+\]|\w+)(\s*,\s*(\[[^\]]+\]|\w+))*\s*;?\s*$",
+        r"^\s*(GRANT|REVOKE)\s+VIEW\s+(SERVER\s+STATE|ANY\s+DATABASE)\s+(TO|FROM)\s+(\[[^\]]+\]|\w+)(\s*,\s*(\[[^\]]+\]|\w+))*\s*;?\s*$",
         re.I,
     ),
 )

@@ -85,7 +85,7 @@ _ALTER_ROLE = re.compile(
 )
 _OBJECT_CLASS = re.compile(r"^(\s*(?:GRANT|REVOKE)\s+[\w\s,]+?\s+ON\s+)OBJECT\s*::\s*", re.IGNORECASE)
 _SERVER_GRANT = re.compile(
-    rf"^\s*(GRANT|REVOKE)\s+(VIEW\s+SERVER\s+STATE)\s+(?:TO|FROM)\s+({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
+    rf"^\s*(GRANT|REVOKE)\s+(VIEW\s+SERVER\s+STATE|VIEW\s+ANY\s+DATABASE)\s+(?:TO|FROM)\s+({_TSQL_NAME}(?:\s*,\s*{_TSQL_NAME})*)\s*;?\s*$",
     re.IGNORECASE,
 )
 # T-SQL built-ins emulated in schema sys; routed there explicitly so sqlglot keeps them as calls.

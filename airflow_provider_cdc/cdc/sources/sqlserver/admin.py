@@ -33,11 +33,29 @@ SNAPSHOT_ISOLATION_ON = 1
 @dataclass(frozen=True)
 class ServerInfo:
     database: str
-    database_guid: str
+    #: None where the login cannot see its database's row of sys.database_recovery_status
+    #: (VIEW ANY DATABASE revoked from public): the offset's identity is unknown then.
+    database_guid: str | None
     server_name: str
     version: str
     cdc_enabled: bool
     snapshot_isolation: bool
+    login: str = ""
+
+    def require_guid(self) -> str:
+        """The database's GUID, the offset's identity; fails where the login cannot read it."""
+        if self.database_guid is None:
+            raise ServerConfigurationError(_guid_hidden(self))
+        return self.database_guid
+
+
+def _guid_hidden(info: ServerInfo) -> str:
+    return (
+        f"the capture login {quote(info.login)} cannot see database {quote(info.database)} in "
+        "sys.database_recovery_status, whose GUID identifies the capture's offset (Microsoft: a database other "
+        "than master and tempdb shows there only to its owner or with VIEW ANY DATABASE, which public holds unless "
+        f"it was revoked). Run, in master: GRANT VIEW ANY DATABASE TO {quote(info.login)};"
+    )
 
 
 @dataclass(frozen=True)
@@ -142,16 +160,17 @@ SERVER_SQL = (
     "SELECT DB_NAME(), @@SERVERNAME, CAST(SERVERPROPERTY('ProductVersion') AS nvarchar(128)), "
     "d.is_cdc_enabled, d.snapshot_isolation_state, "
     "(SELECT CAST(r.database_guid AS nvarchar(36)) FROM sys.database_recovery_status r "
-    "WHERE r.database_id = DB_ID()) "
+    "WHERE r.database_id = DB_ID()), SUSER_SNAME() "
     "FROM sys.databases d WHERE d.database_id = DB_ID()"
 )
 
 
 def server_info(conn: Any) -> ServerInfo:
-    database, server, version, cdc_enabled, isolation, guid = rows(conn, SERVER_SQL)[0]
+    database, server, version, cdc_enabled, isolation, guid, login = rows(conn, SERVER_SQL)[0]
     return ServerInfo(
         database=database,
-        database_guid=str(guid).upper(),
+        database_guid=None if guid is None else str(guid).upper(),
+        login=str(login or ""),
         server_name=server or "",
         version=version or "",
         cdc_enabled=bool(cdc_enabled),
@@ -160,7 +179,7 @@ def server_info(conn: Any) -> ServerInfo:
 
 
 def check_server(info: ServerInfo, *, needs_snapshot_isolation: bool) -> list[str]:
-    problems = []
+    problems = [] if info.database_guid is not None else [_guid_hidden(info)]
     if not info.cdc_enabled:
         problems.append(
             f"change data capture is not enabled on database {quote(info.database)}. Run, as a member of "
@@ -201,6 +220,14 @@ INSTANCES_SQL = (
 #: not captured (types.CATALOG_SQL leaves them out of the table too).
 CAPTURED_COLUMNS_SQL = (
     "SELECT column_name FROM cdc.captured_columns WHERE object_id = ? AND is_computed = 0 ORDER BY column_ordinal"
+)
+#: Every captured column, computed ones included: reading change data needs SELECT on all of them.
+ALL_CAPTURED_COLUMNS_SQL = "SELECT column_name FROM cdc.captured_columns WHERE object_id = ? ORDER BY column_ordinal"
+#: Change tables written before SQL Server added __$command_id (KB3030352: a cumulative update of
+#: 2012-2016, applied to existing change tables by sp_vupgrade_replication) lack the column.
+WITHOUT_COMMAND_ID_SQL = (
+    "SELECT ct.capture_instance FROM cdc.change_tables ct WHERE NOT EXISTS (SELECT 1 FROM sys.columns c "
+    "WHERE c.object_id = ct.object_id AND c.name = N'__$command_id') ORDER BY ct.capture_instance"
 )
 _KEY_COLUMNS = (
     "SELECT c.name FROM sys.indexes i "
@@ -262,7 +289,17 @@ def describe_tables(
     key, a key column the instance does not capture, a captured column missing. With
     ``cdc_enabled`` False (CDC is not enabled on the database, so there is no ``cdc`` schema) every
     existing table is reported as needing its capture instance, to be created after the database's."""
-    instances = capture_instances(conn) if cdc_enabled else {}
+    try:
+        instances = capture_instances(conn) if cdc_enabled else {}
+    except Exception as exc:
+        if error_number(exc) != 229:
+            raise
+        user = quote(str(value(conn, USER_SQL)))
+        return {}, [
+            f"the capture login (database user {user}) cannot read CDC's catalog (cdc.change_tables: "
+            f"{_server_said(exc)}), where the capture instances are listed. "
+            f"Run: GRANT SELECT ON SCHEMA::[cdc] TO {user};"
+        ]
     existing = {TableRef(s, t) for s, t in rows(conn, TABLES_SQL)}
     found: dict[TableRef, TableInfo] = {}
     problems: list[str] = []
@@ -546,9 +583,11 @@ def min_lsn(conn: Any, instance: str) -> SqlServerLsn | None:
 
 
 MIN_LSN_SQL = "SELECT sys.fn_cdc_get_min_lsn(?)"
+#: LEFT JOINs: SQL Server shows a table in sys.tables only to a login with some permission on it
+#: (metadata visibility), and the instance exists whether the login sees its table or not.
 INSTANCE_SOURCE_SQL = (
     "SELECT ct.role_name, s.name, t.name, ct.object_id FROM cdc.change_tables ct "
-    "JOIN sys.tables t ON t.object_id = ct.source_object_id JOIN sys.schemas s ON s.schema_id = t.schema_id "
+    "LEFT JOIN sys.tables t ON t.object_id = ct.source_object_id LEFT JOIN sys.schemas s ON s.schema_id = t.schema_id "
     "WHERE ct.capture_instance = ?"
 )
 IS_MEMBER_SQL = "SELECT IS_MEMBER(?)"
@@ -580,8 +619,11 @@ def instance_access_problem(conn: Any, instance: str, *, table_denial_reported: 
     fixes = []
     if role and value(conn, IS_MEMBER_SQL, str(role)) != 1:
         fixes.append(f"ALTER ROLE {quote(str(role))} ADD MEMBER {user}; (the instance's gating role)")
+    if table is None:  # no permission on the table at all: SQL Server hides it from the login
+        fixes.append(f"GRANT SELECT ON <the source table of {instance!r}> TO {user}; (the login cannot see the table)")
+        return _not_authorized(user, instance, f"its source table (invisible to {user})", fixes)
     source = f"{quote(str(schema))}.{quote(str(table))}"
-    columns = [str(r[0]) for r in rows(conn, CAPTURED_COLUMNS_SQL, object_id)]
+    columns = [str(r[0]) for r in rows(conn, ALL_CAPTURED_COLUMNS_SQL, object_id)]
     denied = [c for c in columns if value(conn, COLUMN_SELECT_SQL, source, c) != 1]
     if denied and table_denial_reported and value(conn, TABLE_SELECT_SQL, source) != 1:
         denied = []  # the table's own GRANT SELECT is in the preflight already
@@ -591,12 +633,31 @@ def instance_access_problem(conn: Any, instance: str, *, table_denial_reported: 
         )
     if not fixes:
         return None
+    return _not_authorized(user, instance, source, fixes)
+
+
+def _not_authorized(user: str, instance: str, source: str, fixes: list[str]) -> str:
     return (
         f"the capture login (database user {user}) is not authorized to read the changes of capture instance "
         f"{instance!r} of {source} (sys.fn_cdc_get_min_lsn returns 0x00 for it, as for an instance that does not "
         f"exist; the instance exists): reading change data needs SELECT on every captured column of the source "
-        f"table and membership of the instance's gating role. Run: {' '.join(fixes)}"
+        f"table (computed ones included) and membership of the instance's gating role. Run: {' '.join(fixes)}"
     )
+
+
+def check_command_ids(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
+    """Every instance's change table has ``__$command_id``: both query modes order by it."""
+    names = {i.name for t in tables for i in t.instances}
+    lacking = [str(r[0]) for r in rows(conn, WITHOUT_COMMAND_ID_SQL) if str(r[0]) in names]
+    if not lacking:
+        return []
+    return [
+        f"the change table(s) of capture instance(s) {', '.join(map(repr, lacking))} have no __$command_id column, "
+        "which orders the changes inside a transaction (Microsoft: __$seqval must not be used for that). SQL Server "
+        "added it in a cumulative update of 2012, 2014 and 2016 (KB3030352) and adds it to existing change tables "
+        "through sp_vupgrade_replication, which does not run on an Always On secondary or without the replication "
+        "components. Apply that update, then run, as sysadmin: EXEC sp_vupgrade_replication;"
+    ]
 
 
 MAP_OPERATORS = (

@@ -434,13 +434,20 @@ class WindowReader:
         self.stats.chunk_written(log, batches)
 
 
+#: Where a change row sits among other tables' rows: (commit LSN, __$seqval, __$operation).
+MergeKey = tuple[bytes, bytes, int]
+
+
 def merged_changes(
     connect: Callable[[], Any],
     ranges: Sequence[InstanceRange],
     query_for: Callable[[CaptureInstance], ChangesQuery],
 ) -> Iterator[tuple[CaptureInstance, tuple]]:
-    """The change rows of every range (``start_lsn, seqval, operation, values...``), merged by
-    (commit LSN, ``__$command_id``, ``__$seqval``, operation)."""
+    """The change rows of every range (``start_lsn, seqval, operation, values...``). Each table's
+    rows keep their own order (``__$command_id``'s where read); the tables' streams are merged by
+    (commit LSN, ``__$seqval``, operation), the log position, as Debezium merges change tables
+    (TxLogPosition): ``__$command_id`` orders the changes of one change table, and nothing documents
+    it as comparable across tables."""
     opened: list[Any] = []
 
     def pages(conn: Any, sql: str, *params: Any) -> Iterator[tuple]:
@@ -454,7 +461,7 @@ def merged_changes(
                 yield tuple(row)
         cursor.close()
 
-    def keyed(part: InstanceRange) -> Iterator[tuple[tuple[bytes, int, bytes, int], CaptureInstance, tuple]]:
+    def keyed(part: InstanceRange) -> Iterator[tuple[MergeKey, CaptureInstance, tuple]]:
         conn = connect()
         opened.append(conn)
         query = query_for(part.instance)
@@ -486,14 +493,14 @@ def merged_changes(
                 pass
 
 
-def _without_command_id(row: tuple) -> tuple[tuple[bytes, int, bytes, int], tuple]:
+def _without_command_id(row: tuple) -> tuple[MergeKey, tuple]:
     """A change-table row's merge key, and the row without its ``__$command_id``."""
-    return (bytes(row[0]), int(row[3]), bytes(row[1]), int(row[2])), row[:3] + row[4:]
+    return (bytes(row[0]), bytes(row[1]), int(row[2])), row[:3] + row[4:]
 
 
 def _in_command_order(
     rows: Iterator[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
-) -> Iterator[tuple[tuple[bytes, int, bytes, int], tuple]]:
+) -> Iterator[tuple[MergeKey, tuple]]:
     """Function-mode rows (no ``__$command_id``), one transaction at a time: as read, unless the
     ``__$seqval`` order may be wrong (:func:`seqval_order_is_ambiguous`); then the transaction is
     read again from the change table in ``__$command_id`` order. Holds up to
@@ -518,10 +525,10 @@ def _in_command_order(
 
 def _transaction_in_order(
     transaction: list[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
-) -> Iterator[tuple[tuple[bytes, int, bytes, int], tuple]]:
+) -> Iterator[tuple[MergeKey, tuple]]:
     if not seqval_order_is_ambiguous(transaction, query.key_positions):
         for row in transaction:
-            yield (bytes(row[0]), 0, bytes(row[1]), int(row[2])), row
+            yield (bytes(row[0]), bytes(row[1]), int(row[2])), row
         return
     again = [_without_command_id(row) for row in read_transaction(bytes(transaction[0][0]))]
     if len(again) != len(transaction):  # cannot happen while the window is below the cleanup's low water mark

@@ -53,7 +53,8 @@ def test_only_an_ambiguous_transaction_is_read_again_in_command_id_order():
         (T2, _seq(5), 3, 9, "x"),
         (T2, _seq(5), 4, 9, "y"),
     ]
-    assert [key[1] for key, _row in out] == [1, 2, 0, 0]  # merge keys: __$command_id where read
+    # Merge keys across tables: the log position (commit LSN, __$seqval, operation), as Debezium merges.
+    assert [key for key, _row in out] == [(T1, _seq(1), 1), (T1, _seq(1), 2), (T2, _seq(5), 3), (T2, _seq(5), 4)]
 
 
 def test_a_transaction_too_large_to_hold_is_read_from_the_change_table(monkeypatch):
