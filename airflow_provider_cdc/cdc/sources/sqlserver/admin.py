@@ -8,7 +8,6 @@ reports names the fix (the ``sys.sp_cdc_*`` call or the grant), like the Postgre
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +20,7 @@ from airflow_provider_cdc.cdc.errors import (
     UnknownTableError,
 )
 from airflow_provider_cdc.cdc.incremental import signal_columns_problem
-from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_message, error_number
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_number, server_said
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef, find_column, select_tables
@@ -297,7 +296,7 @@ def describe_tables(
         user = quote(str(value(conn, USER_SQL)))
         return {}, [
             f"the capture login (database user {user}) cannot read CDC's catalog (cdc.change_tables: "
-            f"{_server_said(exc)}), where the capture instances are listed. "
+            f"{server_said(exc)}), where the capture instances are listed. "
             f"Run: GRANT SELECT ON SCHEMA::[cdc] TO {user};"
         ]
     existing = {TableRef(s, t) for s, t in rows(conn, TABLES_SQL)}
@@ -486,7 +485,7 @@ def check_change_access(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
             except Exception as exc:
                 if error_number(exc) != 229:
                     raise
-                denied.append((instance.name, _server_said(exc)))
+                denied.append((instance.name, server_said(exc)))
             found = lsn_or_none(value(conn, MIN_LSN_SQL, instance.name))
             unreadable = found is None or int(found) == 0
             problem = instance_access_problem(conn, instance.name, table_denial_reported=True) if unreadable else None
@@ -531,13 +530,6 @@ def check_signal_table(conn: Any, table: TableInfo, watermarks: str) -> list[str
                 f"incremental snapshot writes its watermark rows. Run: GRANT {permission} ON {name} TO {user};"
             )
     return problems
-
-
-def _server_said(exc: BaseException) -> str:
-    """The server's message of a driver error, up to its error number (without the driver's words)."""
-    message = error_message(exc)
-    found = re.match(r"^(?:ERROR:\s*)?(.*?\(\d+\))", message)
-    return found.group(1) if found else message
 
 
 def check_agent(conn: Any) -> list[str]:
@@ -611,7 +603,7 @@ def instance_access_problem(conn: Any, instance: str, *, table_denial_reported: 
             raise
         return (
             f"the capture login (database user {user}) cannot read cdc.change_tables, so it cannot tell whether "
-            f"capture instance {instance!r} exists ({_server_said(exc)}). Run: GRANT SELECT ON SCHEMA::[cdc] TO {user};"
+            f"capture instance {instance!r} exists ({server_said(exc)}). Run: GRANT SELECT ON SCHEMA::[cdc] TO {user};"
         )
     if not listed:
         return None
@@ -715,7 +707,8 @@ def lock_resource(capture: str) -> str:
 
 def try_capture_lock(conn: Any, capture: str) -> None:
     """Take the capture's application lock (``sp_getapplock``, owned by the session) or fail at once."""
-    result = _batch_value(conn, LOCK_SQL, lock_resource(capture))
+    found = first_result(conn, LOCK_SQL, lock_resource(capture))[1]
+    result = found[0][0] if found else None
     if result is None or int(result) < 0:
         raise ConcurrentCaptureError(
             f"capture {capture!r} is already running in another session (it holds the SQL Server application lock "
@@ -724,17 +717,16 @@ def try_capture_lock(conn: Any, capture: str) -> None:
         )
 
 
-def _batch_value(conn: Any, batch: str, *params: Any) -> Any:
-    """The first value of a batch's first result with columns: results without columns (row counts a
-    server or driver still sends) are skipped with ``nextset``."""
+def first_result(conn: Any, batch: str, *params: Any) -> tuple[list[str], list[tuple]]:
+    """The column names and rows of a batch's (or a procedure's) first result with columns: results
+    without columns (row counts a server or driver still sends) are skipped with ``nextset``."""
     cursor = conn.cursor()
     try:
         cursor.execute(batch, *params)
         while cursor.description is None:
             if not cursor.nextset():
-                return None
-        found = cursor.fetchone()
-        return found[0] if found else None
+                return [], []
+        return [d[0] for d in cursor.description], [tuple(r) for r in cursor.fetchall()]
     finally:
         cursor.close()
 

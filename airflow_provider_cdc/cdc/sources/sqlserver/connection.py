@@ -291,6 +291,13 @@ def error_number(exc: BaseException) -> int | None:
     return int(found[0]) if found else None
 
 
+def server_said(exc: BaseException) -> str:
+    """The server's message of a driver error, up to its error number (without the driver's words)."""
+    message = error_message(exc)
+    found = re.match(r"^(?:ERROR:\s*)?(.*?\(\d+\))", message)
+    return found.group(1) if found else message
+
+
 def error_message(exc: BaseException) -> str:
     """A pyodbc error's message without the driver's bracketed prefixes."""
     args = getattr(exc, "args", ())

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_number
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_number, server_said
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 
 RETENTION_SQL = "SELECT retention FROM msdb.dbo.cdc_jobs WHERE job_type = N'cleanup' AND database_id = DB_ID()"
@@ -71,13 +71,13 @@ def read_retention(conn: Any) -> Retention:
     except Exception as exc:
         if error_number(exc) not in _NOT_READABLE:
             raise
-        reasons.append(f"msdb.dbo.cdc_jobs: {admin._server_said(exc)}")
+        reasons.append(f"msdb.dbo.cdc_jobs: {server_said(exc)}")
     try:
         jobs = _help_jobs(conn)
     except Exception as exc:
         if error_number(exc) not in _NOT_READABLE:
             raise
-        reasons.append(f"sys.sp_cdc_help_jobs: {admin._server_said(exc)}")
+        reasons.append(f"sys.sp_cdc_help_jobs: {server_said(exc)}")
         return Retention(None, "unknown", "; ".join(reasons))
     cleanup = [job for job in jobs if str(job.get("job_type", "")).lower() == "cleanup"]
     retention = cleanup[0].get("retention") if cleanup else None
@@ -86,16 +86,8 @@ def read_retention(conn: Any) -> Retention:
 
 def _help_jobs(conn: Any) -> list[dict[str, Any]]:
     """``sys.sp_cdc_help_jobs``'s rows by column name (its first result with columns)."""
-    cursor = conn.cursor()
-    try:
-        cursor.execute(HELP_JOBS_SQL)
-        while cursor.description is None:
-            if not cursor.nextset():
-                return []
-        names = [d[0].lower() for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
-    finally:
-        cursor.close()
+    names, found = admin.first_result(conn, HELP_JOBS_SQL)
+    return [dict(zip((n.lower() for n in names), row)) for row in found]
 
 
 def grants_for_retention(conn: Any) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.sources.sqlserver.admin import rows
 
 #: The server's offset now (minutes east of UTC) and the instant it is for, on its own clock.
 OFFSET_SQL = "SELECT DATEPART(TZOFFSET, SYSDATETIMEOFFSET()), SYSUTCDATETIME()"
@@ -72,12 +73,7 @@ class ServerClock:
 
     @classmethod
     def read(cls, conn: Any) -> ServerClock:
-        cursor = conn.cursor()
-        try:
-            cursor.execute(OFFSET_SQL)
-            offset, utc_now = cursor.fetchone()
-        finally:
-            cursor.close()
+        offset, utc_now = rows(conn, OFFSET_SQL)[0]
         return cls(int(offset), utc_now.replace(tzinfo=timezone.utc))
 
     def zone_offset_minutes(self, zone: ZoneInfo) -> int:
@@ -190,7 +186,7 @@ def resolve_at(conn: Any, zone: ZoneInfo, lsn: bytes, local: datetime) -> dateti
     if hour is None:
         return to_utc(local, zone)
     clock = CommitClock(zone)
-    resolved = [clock.utc(t) for (t,) in _rows(conn, REPEATED_HOUR_SQL, lsn, *hour)]
+    resolved = [clock.utc(t) for (t,) in rows(conn, REPEATED_HOUR_SQL, lsn, *hour)]
     return resolved[-1] if resolved else to_utc(local, zone)
 
 
@@ -199,13 +195,12 @@ def last_commit_before(conn: Any, zone: ZoneInfo, until: datetime) -> bytes | No
     repeated hour (``sys.fn_cdc_map_time_to_lsn`` compares local times, which are ambiguous there);
     None when it is not, or no commit of that hour is before it. The caller also takes the last
     commit before the hour itself."""
-    local = until.astimezone(zone).replace(tzinfo=None)
-    hour = repeated_hour(local, zone)
+    hour = repeated_hour(local_time(until, zone), zone)
     if hour is None:
         return None
     clock = CommitClock(zone)
     last = None
-    for start_lsn, end_time in _rows(conn, REPEATED_HOUR_COMMITS_SQL, *hour):
+    for start_lsn, end_time in rows(conn, REPEATED_HOUR_COMMITS_SQL, *hour):
         if clock.utc(end_time) < until:
             last = bytes(start_lsn)
     return last
@@ -214,15 +209,6 @@ def last_commit_before(conn: Any, zone: ZoneInfo, until: datetime) -> bytes | No
 def local_time(until: datetime, zone: ZoneInfo) -> datetime:
     """An aware instant as the server's naive local time (what ``fn_cdc_map_time_to_lsn`` takes)."""
     return until.astimezone(zone).replace(tzinfo=None)
-
-
-def _rows(conn: Any, statement: str, *params: Any) -> list[tuple]:
-    cursor = conn.cursor()
-    try:
-        cursor.execute(statement, *params)
-        return [tuple(r) for r in cursor.fetchall()]
-    finally:
-        cursor.close()
 
 
 __all__ = [
