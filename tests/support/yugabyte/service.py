@@ -20,6 +20,7 @@ from psycopg import sql
 
 from .journal import PUBLICATION, JournalReader, real_conninfo
 from .proxy import YugabyteProxy
+from .releases import BEFORE_ADVISORY_LOCKS, DEFAULT_RELEASE, has_advisory_locks
 from .stream import StreamRefused
 
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
@@ -52,15 +53,19 @@ class StandInService:
         *,
         retention_ms: int = 8 * 3600 * 1000,
         active_window_ms: int = 60_000,
-        advisory_locks: bool = True,
+        advisory_locks: bool | None = None,
+        release: str | None = None,
     ):
         self.cluster = cluster
         self.database = database
         self.retention_ms = retention_ms
         self.active_window_ms = active_window_ms
-        self.advisory_locks = advisory_locks
-        # the YB release the stand-in says it is: advisory locks came with 2025.1 (research §7)
-        self.release = "2025.1.0.0" if advisory_locks else "2024.2.4.0"
+        # the YB release the stand-in emulates (releases.py); ``advisory_locks=False`` alone means a
+        # release before 2025.1, as before the release setting existed
+        if release is None:
+            release = BEFORE_ADVISORY_LOCKS if advisory_locks is False else DEFAULT_RELEASE
+        self.release = release
+        self.advisory_locks = has_advisory_locks(release) if advisory_locks is None else advisory_locks
         self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self.closed = False
         self.proxy: YugabyteProxy | None = None

@@ -38,13 +38,15 @@ class YugabyteStandIn:
         *,
         retention_ms: int = 8 * 3600 * 1000,
         active_window_ms: int = 60_000,
-        advisory_locks: bool = True,
+        advisory_locks: bool | None = None,
+        release: str | None = None,
     ):
         self.cluster = cluster
         self.database = database
         self.retention_ms = retention_ms
         self.active_window_ms = active_window_ms
         self.advisory_locks = advisory_locks
+        self.release = release
         self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self._process: subprocess.Popen | None = None
         self._port: int | None = None
@@ -68,6 +70,7 @@ class YugabyteStandIn:
             "retention_ms": self.retention_ms,
             "active_window_ms": self.active_window_ms,
             "advisory_locks": self.advisory_locks,
+            "release": self.release,
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
         self._process = subprocess.Popen(
