@@ -30,7 +30,7 @@ from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
-from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning
+from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning, publications
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
 from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
@@ -74,6 +74,9 @@ class YugabyteCapture(PostgresCapture):
     lock_table: str = "public.airflow_cdc_locks"
     # YugabyteDB's cdc_intent_retention_ms: a slot not read for this long expires.
     intent_retention_ms: int = DEFAULT_INTENT_RETENTION_MS
+    # YugabyteDB's cdcsdk_tablet_not_of_interest_timeout_secs: a table a slot has not polled this long
+    # after its creation loses its history, so a snapshot (which precedes the first poll) must end sooner.
+    tablet_not_of_interest_timeout_seconds: int = 14_400
     # A SECURITY DEFINER procedure that sets yb_read_time, for a role that may not set it itself.
     read_time_procedure: str | None = None
     # How long to wait for YugabyteDB to consider the slot inactive before dropping it.
@@ -104,6 +107,12 @@ class YugabyteCapture(PostgresCapture):
             raise CdcConfigurationError(
                 f"intent_retention_ms must be YugabyteDB's cdc_intent_retention_ms in milliseconds (at least "
                 f"60000), got {self.intent_retention_ms!r}"
+            )
+        timeout = self.tablet_not_of_interest_timeout_seconds
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 60:
+            raise CdcConfigurationError(
+                "tablet_not_of_interest_timeout_seconds must be YugabyteDB's "
+                f"cdcsdk_tablet_not_of_interest_timeout_secs (at least 60), got {timeout!r}"
             )
         if self.read_time_procedure is not None and not _PROCEDURE.match(self.read_time_procedure):
             raise CdcConfigurationError(
@@ -190,16 +199,24 @@ class YugabyteCapture(PostgresCapture):
         server, tables, published = self._yb_preflight(hook)
         load_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
         with hook.session() as conn:
+            slot = admin.slot_status(conn, self.resolved_slot_name)
+            # What would join the publication while the slot exists, the slot cannot stream
+            # (publications.py): refused before anything is changed, so a retried setup refuses too.
+            # The snapshot adds it (prepare_snapshot) right before it creates a new slot.
+            late = [] if slot is None else self._unpublished(conn, published)
+            if late and self.snapshot_mode != "always":  # 'always' replaces the slot in this run's snapshot
+                raise publications.late_tables_error(
+                    self.resolved_slot_name, self.resolved_publication_name, late, never=self.snapshot_mode == "never"
+                )
             admin.ensure_heartbeat_table(conn, self.heartbeat_table_ref)
         publication = hook.ensure_publication(
             self.resolved_publication_name, published, self.publication_autocreate_mode
         )
         slot_created = False
-        if self.snapshot_mode == "never":
-            with hook.session() as conn:
-                if admin.slot_status(conn, self.resolved_slot_name) is None:
-                    admin.create_slot(hook.connection_info, self.resolved_slot_name, self.lsn_type)
-                    slot_created = True
+        if self.snapshot_mode == "never" and slot is None:
+            # Everything is published before the slot exists.
+            admin.create_slot(hook.connection_info, self.resolved_slot_name, self.lsn_type)
+            slot_created = True
         log.info(
             "capture %s ready: publication %r %s, heartbeat table %s, %d table(s)",
             self.topic_prefix,
@@ -215,6 +232,16 @@ class YugabyteCapture(PostgresCapture):
             "server_version": server.version_num,
             "key_columns": {ref.data_collection: list(t.key_columns) for ref, t in tables.items()},
         }
+
+    def _unpublished(self, conn: Any, refs: list[TableRef]) -> list[TableRef]:
+        """The tables of ``refs`` not in the capture's publication now (a heartbeat table not created yet
+        counts: under FOR ALL TABLES it joins when created)."""
+        existing = pg_admin.publication_tables(conn, self.resolved_publication_name)
+        heartbeat = self.heartbeat_table_ref
+        missing = [] if existing is None or existing[0] else [r for r in refs if r not in existing[1]]
+        if heartbeat not in missing and not admin.table_exists(conn, heartbeat):
+            missing.append(heartbeat)
+        return missing if existing is not None else list(refs)
 
     def _yb_preflight(self, hook: YugabyteCdcHook) -> tuple[pg_admin.ServerInfo, dict, list[TableRef]]:
         problems = Problems("setup")
@@ -298,10 +325,25 @@ class YugabyteRun(SourceRun):
         consistent point needs only for a slot created with USE_SNAPSHOT, and the snapshot covers
         every change the old slot still held."""
         capture = self.capture
+        publication = capture.resolved_publication_name
+        # The new slot streams what is published when it is created (publications.py): a table that
+        # joined the capture since setup, or a new heartbeat table, is published first.
+        admin.ensure_heartbeat_table(self.conn, capture.heartbeat_table_ref)
+        self.hook.ensure_publication(publication, self._needed(), capture.publication_autocreate_mode)
+        existing = pg_admin.publication_tables(self.conn, publication)
+        published = None if existing is None else (set(self._needed()) if existing[0] else existing[1])
+        problems = publications.check_before_slot(published, self._needed(), publication)
+        if problems:  # before the old slot is dropped
+            raise PublicationError(problems[0])
         if status is not None:
             log.warning("dropping slot %r to snapshot at a new one's consistent point", self.slot_name)
             admin.drop_slot(self.conn, self.slot_name, timeout=capture.slot_drop_timeout_seconds)
         _, self._snapshot_ht, point = admin.create_slot(self.hook.connection_info, self.slot_name, capture.lsn_type)
+        # Not read before the snapshot is read: YugabyteDB's first poll of a slot may move its restart
+        # time, and with it the history retention, past the snapshot's read time
+        # (cdcsdk_virtual_wal.cc UpdateRestartTimeIfRequired: last_restart_lsn_read_time_ starts unset).
+        # The first window must come within cdcsdk_tablet_not_of_interest_timeout_secs instead
+        # (the snapshot records when: planning.not_of_interest_why).
         # Where the stream continues: after the consistent hybrid time, or after a SEQUENCE slot's
         # consistent point (the slot reports it as confirmed; its first commit comes later).
         self._snapshot_end = (point if capture.lsn_type == "SEQUENCE" else self._snapshot_ht) + 1
@@ -319,8 +361,13 @@ class YugabyteRun(SourceRun):
         capture = self.capture
         slot = admin.require_slot(self.conn, self.slot_name, self.identity.database, capture.lsn_type)
         self._slot_before = slot
+        late = publications.late_tables(publications.slot_record(offset), slot.stream_id, self._needed())
+        if late:
+            raise publications.late_tables_error(
+                self.slot_name, capture.resolved_publication_name, late, never=capture.snapshot_mode == "never"
+            )
         if capture.lsn_type == "SEQUENCE":
-            return self._plan_sequence_window(offset, slot, requested, now_ms, until)
+            return self._with_slot_record(self._plan_sequence_window(offset, slot, requested, now_ms, until), slot)
         current = int(slot.current_ht)
         if until is not None:
             # The commits before ``until``: hybrid times below its own.
@@ -345,7 +392,23 @@ class YugabyteRun(SourceRun):
         # A commit after the end, so the window's reader stops (YugabyteDB's walsender never says
         # it has caught up). A retry's window ended earlier: this row is after its end too.
         admin.write_fence(self.conn, capture.heartbeat_table_ref, capture.topic_prefix, plan.window.window_id)
-        return plan
+        return self._with_slot_record(plan, slot)
+
+    def _needed(self) -> list[TableRef]:
+        return publications.needed(self.tables, self.capture.heartbeat_table_ref)
+
+    def _with_slot_record(self, plan: StreamPlan, slot: admin.YbSlotStatus) -> StreamPlan:
+        """The plan's offset remembers what was published when this capture first read the slot, so a
+        table added to the publication later is refused (publications.py)."""
+        record = publications.slot_record(plan.offset)
+        if record is not None and record.get("stream_id") == slot.stream_id:
+            return plan
+        existing = pg_admin.publication_tables(self.conn, self.capture.resolved_publication_name)
+        needed = self._needed()
+        published = [] if existing is None else [r for r in needed if existing[0] or r in existing[1]]
+        record = publications.record_for(slot.stream_id, published)
+        offset = replace(plan.offset, extra={**plan.offset.extra, publications.SLOT_KEY: record})
+        return replace(plan, offset=offset)
 
     def _plan_sequence_window(
         self, offset: CaptureOffset | None, slot: admin.YbSlotStatus, requested: Any, now_ms: int, until: Any
@@ -444,7 +507,9 @@ class YugabyteRun(SourceRun):
     def window_detail(self, window: Window, status: Any) -> str:
         slot = self._slot_before
         lag = None if slot is None else slot.ack_lag_ms
-        return f"; slot's last acknowledged commit {lag} ms before the run"
+        # yb_restart_commit_ht: the last acknowledged commit, or a later point YugabyteDB moved it to
+        # while nothing streamed was unacknowledged (cdcsdk_update_restart_time_when_nothing_to_stream)
+        return f"; slot's restart time {lag} ms before the run"
 
     def lag(self) -> int | None:
         """Not known in bytes (YugabyteDB has no WAL positions to subtract); the window's log line
@@ -472,6 +537,7 @@ class YugabyteRun(SourceRun):
             snapshot_end=self._snapshot_end if window.kind == "snapshot" else None,
             read_time_procedure=capture.read_time_procedure,
             lsn_type=capture.lsn_type,
+            not_of_interest_timeout_ms=capture.tablet_not_of_interest_timeout_seconds * 1000,
         )
 
 

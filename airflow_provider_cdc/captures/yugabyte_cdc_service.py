@@ -235,6 +235,9 @@ class YugabyteCdcServiceCapture(PostgresCapture):
                     ],
                     heading="captured tables are not ready",
                 )
+            from airflow_provider_cdc.cdc.sources.yugabyte_cdc.carried_types import uncarried_problems
+
+            problems.add(uncarried_problems(described.values()), heading="captured tables are not ready")
             ids = admin.database_ids(conn, list(described))
         for table in described.values():
             with problems.check():

@@ -25,6 +25,7 @@ GAP_REASONS = (
     "changes_purged",
     "instance_missing",
     "slot_expired",
+    "slot_not_of_interest",  # ... its tables not polled within 4 h of its creation (the first window came late)
     "stream_missing",  # YugabyteDB CDC service: the stream was deleted
     "stream_expired",  # ... not read for cdc_intent_retention_ms
     "stream_replaced",  # ... a new stream replaces the one the checkpoints belong to

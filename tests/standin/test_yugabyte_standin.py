@@ -25,6 +25,7 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection, XLogData
 from tests.support.yugabyte import YugabyteStandIn, expiry_message
 from tests.support.yugabyte.fixtures import airflow_connection
+from tests.support.yugabyte.releases import DEFAULT_RELEASE
 
 pytestmark = pytest.mark.pg
 
@@ -115,6 +116,42 @@ def replication_command(yb: YugabyteStandIn, command: str):
         )
     finally:
         conn.finish()
+
+
+def use_snapshot_slot(yb: YugabyteStandIn, command: str) -> list[str | None]:
+    """``command`` (a USE_SNAPSHOT ``CREATE_REPLICATION_SLOT``) as YB's tests run it with the
+    export-snapshot flag on: first in a REPEATABLE READ transaction on the replication connection
+    (TestPgReplicationSlotSnapshotAction.java @ 6100a30b l.104-121). Returns its row once the clock
+    has passed the slot's consistent time and its snapshot was taken (``waitForSnapshotTimeToPass``)."""
+    conn = pq.PGconn.connect(yb.conninfo(replication=True).encode())
+    try:
+        assert conn.exec_(b"BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ").status == pq.ExecStatus.COMMAND_OK
+        result = conn.exec_(command.encode())
+        assert result.status == pq.ExecStatus.TUPLES_OK, result.error_message
+        row = [None if v is None else v.decode() for v in (result.get_value(0, i) for i in range(4))]
+        assert conn.exec_(b"COMMIT").status == pq.ExecStatus.COMMAND_OK
+    finally:
+        conn.finish()
+    deadline = time.monotonic() + 5
+    while not yb.admin_query("SELECT boundary_lsn IS NOT NULL FROM yb_standin.slots WHERE slot_name = %s", (row[0],))[
+        0
+    ][0]:
+        assert time.monotonic() < deadline, "the stand-in took no snapshot"
+        time.sleep(0.02)
+    return row
+
+
+def in_stream_error(stream: Stream) -> tuple[str, str, str]:
+    """(sqlstate, message, hint) of the ErrorResponse that ended ``stream`` after CopyBothResponse."""
+    while (received := stream.conn.get_copy_data(0)[0]) == 0:
+        select.select([stream.conn.socket], [], [], 0.1)
+        stream.conn.consume_input()
+    assert received == -1
+    result = stream.conn.get_result()
+    return tuple(
+        (result.error_field(f) or b"").decode()
+        for f in (pq.DiagnosticField.SQLSTATE, pq.DiagnosticField.MESSAGE_PRIMARY, pq.DiagnosticField.MESSAGE_HINT)
+    )
 
 
 def changes(frames) -> list[object]:
@@ -258,8 +295,7 @@ def test_yb_read_time_reads_the_slot_consistent_point(yugabyte):
     setup_employee(yugabyte)
     with yugabyte.connect() as conn:
         conn.execute("INSERT INTO employee VALUES (1, 'before', 'x')")
-    status, row = replication_command(yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL yboutput HYBRID_TIME USE_SNAPSHOT")
-    assert status == "ok"
+    row = use_snapshot_slot(yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL yboutput HYBRID_TIME USE_SNAPSHOT")
     ht = int(row[2])
     with yugabyte.connect() as conn:
         conn.execute("INSERT INTO employee VALUES (2, 'after', 'x')")
@@ -367,17 +403,17 @@ def test_create_replication_slot_answers(yugabyte):
     before = yugabyte.current_ht()
     status, row = replication_command(yugabyte, "CREATE_REPLICATION_SLOT s1 LOGICAL yboutput")
     assert status == "ok" and row[0] == "s1" and row[1] == "0/2" and row[3] == "yboutput"
-    assert int(row[2]) > before  # USE_SNAPSHOT by default: the consistent HT in decimal
+    assert not row[2].isdigit()  # at 2025.2.2.0 a bare command exports (walsender.c @ d0352220)
+    row = use_snapshot_slot(yugabyte, "CREATE_REPLICATION_SLOT s3 LOGICAL yboutput USE_SNAPSHOT")
+    assert int(row[2]) > before  # USE_SNAPSHOT: the consistent HT in decimal
     assert replication_command(
         yugabyte, "CREATE_REPLICATION_SLOT s2 LOGICAL pgoutput NOEXPORT_SNAPSHOT HYBRID_TIME"
     ) == (
         "ok",
         ["s2", "0/2", None, "pgoutput"],
     )
-    status, row = replication_command(
-        yugabyte, 'CREATE_REPLICATION_SLOT "Quoted" LOGICAL yboutput USE_SNAPSHOT SEQUENCE'
-    )
-    assert status == "ok" and row[0] == "Quoted"
+    row = use_snapshot_slot(yugabyte, 'CREATE_REPLICATION_SLOT "Quoted" LOGICAL yboutput USE_SNAPSHOT SEQUENCE')
+    assert row[0] == "Quoted"
     assert replication_command(yugabyte, "CREATE_REPLICATION_SLOT t TEMPORARY LOGICAL yboutput") == (
         "error",
         ("0A000", "temporary replication slot is not yet supported"),
@@ -388,7 +424,7 @@ def test_create_replication_slot_answers(yugabyte):
     )
     assert replication_command(yugabyte, "CREATE_REPLICATION_SLOT s1 LOGICAL yboutput")[1][0] == "42710"
     types = dict(yugabyte.admin_query("SELECT slot_name::text, lsn_type FROM yb_standin.slots"))
-    assert types == {"s1": "SEQUENCE", "s2": "HYBRID_TIME", "Quoted": "SEQUENCE"}
+    assert types == {"s1": "SEQUENCE", "s2": "HYBRID_TIME", "s3": "SEQUENCE", "Quoted": "SEQUENCE"}
     conn = pq.PGconn.connect(yugabyte.conninfo(replication=True).encode())
     result = conn.exec_(b"IDENTIFY_SYSTEM")
     assert result.status == pq.ExecStatus.TUPLES_OK and result.nfields == 4
@@ -515,11 +551,13 @@ def test_pgoutput_slot_refuses_change_tables(yugabyte):
     replication_command(yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL pgoutput HYBRID_TIME")
     oid = yugabyte.admin_query("SELECT 'employee'::regclass::oid")[0][0]
     stream = Stream(yugabyte, "s")
-    assert stream.error == (
+    assert stream.error is None  # YBCInitVirtualWal's refusal comes after CopyBothResponse
+    assert in_stream_error(stream) == (
         "0A000",
         f"replica identity CHANGE (for table: {oid}) is not supported for output plugin pgoutput",
         "Consider using output plugin yboutput instead",
     )
+    stream.close()
 
 
 def test_deterministic_across_reconnects_and_restarts(yugabyte, pg15):
@@ -617,9 +655,12 @@ def test_expired_slot_refuses_to_stream_but_stays_listed(yugabyte):
     yugabyte.age_slot("s", 61_000)
     stream = Stream(yugabyte, "s")
     stream_id = yugabyte.admin_query("SELECT stream_id FROM yb_standin.slots")[0][0]
-    assert stream.error[0] == "XX000"
-    assert stream.error[1].startswith(f"stream ID {stream_id} is expired for Tablet ID ")
-    assert expiry_message(stream_id, 1).split(" Tablet")[0] in stream.error[1]
+    assert stream.error is None  # after CopyBothResponse, as YBCInitVirtualWal's errors come
+    error = in_stream_error(stream)
+    stream.close()
+    assert error[0] == "XX000"
+    assert error[1].startswith(f"stream ID {stream_id} is expired for Tablet ID ")
+    assert expiry_message(stream_id, 1).split(" Tablet")[0] in error[1]
     with yugabyte.connect() as conn:
         assert conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall() == [("s",)]
 
@@ -649,10 +690,10 @@ def test_airflow_connection(yugabyte):
 
 def test_generic_options_drop_command_read_time_call_and_schema_change(yugabyte):
     setup_employee(yugabyte)
-    status, row = replication_command(
+    row = use_snapshot_slot(
         yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL yboutput (SNAPSHOT 'use', LSN_TYPE 'HYBRID_TIME')"
     )
-    assert status == "ok" and row[2].isdigit()
+    assert row[2].isdigit()
     assert yugabyte.admin_query("SELECT lsn_type FROM yb_standin.slots") == [("HYBRID_TIME",)]
     with yugabyte.connect() as conn:
         conn.execute("INSERT INTO employee VALUES (1, 'a', 'b')")
@@ -685,7 +726,54 @@ def test_generic_options_drop_command_read_time_call_and_schema_change(yugabyte)
 
 def test_reports_a_yb_version(yugabyte):
     with yugabyte.connect() as conn:
-        assert "-YB-2025.1.0.0-b0" in conn.execute("SELECT version()").fetchone()[0]
+        assert f"-YB-{DEFAULT_RELEASE}-b0" in conn.execute("SELECT version()").fetchone()[0]
         assert conn.execute("SHOW server_version").fetchone()[0].startswith("15.")
-        assert conn.info.parameter_status("server_version").endswith("-YB-2025.1.0.0-b0")
+        assert conn.info.parameter_status("server_version").endswith(f"-YB-{DEFAULT_RELEASE}-b0")
         assert conn.info.server_version >= 150000
+
+
+def test_replication_commands_follow_the_sessions_transaction_block(yugabyte):
+    """The proxy answers CREATE_REPLICATION_SLOT itself but reports the session's real block state:
+    'T' after a slot made inside a block, an aborted block refuses replication commands (PostgreSQL's
+    walsender: 25P02), START_REPLICATION cannot run in a block (25001). Flag off: USE_SNAPSHOT is not
+    checked (walsender.c @ d0352220)."""
+    conn = pq.PGconn.connect(yugabyte.conninfo(replication=True).encode())
+    try:
+        conn.exec_(b"BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        assert conn.exec_(b"CREATE_REPLICATION_SLOT a LOGICAL yboutput USE_SNAPSHOT").status == pq.ExecStatus.TUPLES_OK
+        assert conn.transaction_status == pq.TransactionStatus.INTRANS
+        start = conn.exec_(b"START_REPLICATION SLOT a LOGICAL 0/0 (proto_version '1', publication_names 'p')")
+        assert start.error_field(pq.DiagnosticField.SQLSTATE) == b"25001"
+        assert conn.transaction_status == pq.TransactionStatus.INERROR
+        again = conn.exec_(b"CREATE_REPLICATION_SLOT b LOGICAL yboutput NOEXPORT_SNAPSHOT")
+        assert again.error_field(pq.DiagnosticField.SQLSTATE) == b"25P02"
+        assert conn.exec_(b"ROLLBACK").status == pq.ExecStatus.COMMAND_OK
+        assert conn.transaction_status == pq.TransactionStatus.IDLE
+        yugabyte.set_export_snapshot(False)
+        result = conn.exec_(b"CREATE_REPLICATION_SLOT c LOGICAL yboutput HYBRID_TIME USE_SNAPSHOT")
+        assert result.status == pq.ExecStatus.TUPLES_OK and result.get_value(0, 2).isdigit()
+    finally:
+        conn.finish()
+    assert sorted(r[0] for r in yugabyte.admin_query("SELECT slot_name::text FROM yb_standin.slots")) == ["a", "c"]
+
+
+def test_char_and_numeric_stream_without_their_typmod(yugabyte):
+    # ybc_pggate.cc YBCPgGetCDCConsistentChanges rebuilds datums with typmod -1; DocDB keeps char(n)
+    # right-trimmed (YbDatumToBPChar) and numeric normalized (YbDatumToDecimalText). A scan pads.
+    with yugabyte.connect() as conn:
+        conn.execute("CREATE TABLE c (k char(3) PRIMARY KEY, a numeric(14,4), w numeric, r char(3)[])")
+        conn.execute("ALTER TABLE c REPLICA IDENTITY FULL")
+        conn.execute("CREATE PUBLICATION p FOR TABLE c")
+    replication_command(yugabyte, "CREATE_REPLICATION_SLOT s LOGICAL yboutput HYBRID_TIME")
+    with yugabyte.connect() as conn:
+        conn.execute("INSERT INTO c VALUES ('x', 1.5, 10.0, ARRAY['y'::char(3)])")
+        assert conn.execute("SELECT k, a::text FROM c").fetchone() == ("x  ", "1.5000")  # a scan: padded
+        conn.execute("DELETE FROM c")
+    stream = Stream(yugabyte, "s")
+    try:
+        frames = stream.read(2)
+    finally:
+        stream.close()
+    insert, delete = changes(frames)
+    assert insert.new == (b"x", b"1.5", b"10", b'{"y  "}')  # arrays are stored whole: padded
+    assert delete.old == insert.new

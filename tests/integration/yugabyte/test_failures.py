@@ -200,3 +200,79 @@ def test_the_sensor_and_its_trigger_wait_for_the_server_clock_and_fail_on_a_miss
     expired = YugabyteCdcChangesTrigger(conn_id, "cdc_shop", None, poll_interval=0.3, expires_ms=1)
     event = asyncio.run(asyncio.wait_for(first_event(expired), 30))
     assert event["status"] == "error" and "expired" in event["message"]
+
+
+def test_errors_inside_the_stream_are_classified_for_the_fence_and_the_acknowledgement(yugabyte):
+    """YugabyteDB sends CopyBothResponse before YBCInitVirtualWal (walsender.c @ d0352220,
+    StartLogicalReplication), so a missing publication, pgoutput with REPLICA IDENTITY CHANGE and an
+    expired slot arrive as an ErrorResponse inside the stream: each is the terminal error a refused
+    START would be, not a lost connection retried forever (research §3 row 3)."""
+    from airflow_provider_cdc.cdc.errors import PublicationError, SlotConfigurationError, WalLostError
+    from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
+    from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
+    from airflow_provider_cdc.cdc.sources.yugabyte import admin
+
+    info = yugabyte.connection_info()
+    with yugabyte.connect() as conn:
+        conn.execute("CREATE TABLE t (k int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION p FOR TABLE t")
+    with ReplicationConnection(info) as replication:
+        replication.create_slot("s", plugin="yboutput", options=("HYBRID_TIME", "NOEXPORT_SNAPSHOT"))
+        replication.create_slot("pg", plugin="pgoutput", options=("HYBRID_TIME", "NOEXPORT_SNAPSHOT"))
+    with pytest.raises(PublicationError, match='publication "missing" does not exist'):
+        admin.acknowledge(info, "s", "missing", 1, timeout=5)
+    with pytest.raises(SlotConfigurationError, match="is not supported for output plugin pgoutput"):
+        admin.find_fence(info, "pg", "p", 0, TableRef("public", "t"), "w", timeout=5)
+    yugabyte.set_retention_ms(60_000)
+    yugabyte.age_slot("s", 61_000)
+    with pytest.raises(WalLostError, match="expired"):
+        admin.find_fence(info, "s", "p", 0, TableRef("public", "t"), "w", timeout=5)
+
+
+@pytest.fixture
+def flag_off_conn(request, pg15, airflow_db, spark, monkeypatch):
+    """A 2025.1 stand-in (export-snapshot flag off) whose slots' consistent time is not ahead of the
+    clock: what the product did before slot creation in a transaction and the read-time wait."""
+    from tests.support.yugabyte.fixtures import airflow_connection, standin_for
+
+    for standin in standin_for(request, pg15, active_window_ms=1000, release="2025.1.0.0", clock_skew_ms=0):
+        conn_id = f"yb_{standin.database}"
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", airflow_connection(standin))
+        yield standin, conn_id
+
+
+def test_an_expiry_the_capture_did_not_foresee_fails_the_window_as_lost(flag_off_conn, tmp_path):
+    """The slot expired (YB's clock) while the capture's own record of its last read says it should
+    not have: the window's stream gets the expiry inside COPY BOTH and fails terminally (WalLostError),
+    not as a lost connection (research §3 row 3)."""
+    from airflow_provider_cdc.cdc.errors import WalLostError
+
+    standin, conn_id = flag_off_conn
+    workload.create(standin, customers=5, orders_per_customer=1)
+    errors: dict = {}
+    capture = make_capture(conn_id, tmp_path, standin.database, intent_retention_ms=7_200_000)
+    dag = capture_dag(f"yb_{standin.database}", capture, errors)
+    assert af.run(dag, 0, errors=errors).state == "success", errors
+    standin.set_retention_ms(7_200_000)
+    standin.age_slot("cdc_shop", 3 * 3_600_000)
+    workload.mutate(standin, 1)
+    assert af.run(dag, 1, errors=errors).state == "failed"
+    # terminal: failed without retries (a transient error would be "lost the replication connection")
+    assert str(errors.get("window")).startswith(f"{WalLostError.__name__}: replication slot 'cdc_shop' expired"), errors
+
+
+def test_a_consistent_point_of_0_0_starts_a_sequence_stream_at_the_slots_confirmed_position(request, pg15):
+    """Early PG11-line walsenders answer ``consistent_point`` 0/0 ("Send "0/0" as the consistent wal
+    location instead of a NULL value", walsender.c @ 04140979 / 7e22b285, research §3 row 1a): the
+    SEQUENCE stream's start is then the new slot's ``confirmed_flush_lsn`` (0/2), not 0/0, or the
+    first window would start before the slot's confirmed position (OffsetMismatchError)."""
+    from airflow_provider_cdc.cdc.sources.yugabyte import admin
+    from tests.support.yugabyte.fixtures import standin_for
+
+    generator = standin_for(request, pg15, release="2024.1.0.0", clock_skew_ms=0)
+    standin = next(generator)
+    try:
+        status, _ht, point = admin.create_slot(standin.connection_info(), "s", "SEQUENCE")
+        assert point == int(status.confirmed_flush_lsn) == 2
+    finally:
+        next(generator, None)

@@ -55,7 +55,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import ROW_OPS
 from tests.support import crash as harness
 from tests.support import yb_workload as workload
 from tests.support.crash import KILLED, CrashCapture
@@ -371,3 +372,57 @@ def test_crash_sweep(seeded_source, tmp_path):
     report["random_kills_left"] = seen.left
     report.update(capture.verify(transactions=writes.transactions), minutes=round((time.monotonic() - started) / 60, 1))
     harness.write_report({"seed": seed, "source": "yugabyte_cdc", **report})
+
+
+#: Kill points of a window that reads a split tablet: the parent refused (TABLET_SPLIT) and its
+#: children read, nothing committed (``window.read_done``).
+SPLIT_FAULT = ("window.read_done", 1)
+
+
+def test_a_split_then_a_kill_before_the_commit_loses_and_doubles_nothing(empty_source, tmp_path, monkeypatch):
+    """Tablet splits around a killed window (docs/research/issue29/cdc-service.md §1.3, step 4).
+
+    First a tablet splits between windows, with writes before and after; the window that reads it is
+    killed after reading the parent (which answers TABLET_SPLIT at once) and its children, before the
+    commit. The server's parent checkpoint is not past the offset (checked after the child); the
+    recovery reads the children from the window's start again. Then a window is killed before it
+    reads anything, and its recovery (in this process) sees a tablet split between two of its pages:
+    the parent refuses the next page at once and the children send the rest from their copies of
+    its log. Nothing is lost or doubled either time."""
+    source, writes = empty_source
+    capture = start_never_capture(source, writes, "split", tmp_path / "lake")
+    writes.mutate()
+    parent = next(t["tablet_id"] for t in source.standin.tablets("public.customers") if not t["children"])
+    source.standin.split(parent)
+    writes.mutate()
+    result = capture.child("batch", fault=harness.fault(*SPLIT_FAULT))
+    assert result.killed, result.describe()
+    capture.catch_up()
+    capture.verify(transactions=writes.transactions)
+    stored = capture.stored_offset()
+    assert stored is not None and stored.tablets[parent].split, stored
+
+    for _ in range(3):
+        writes.mutate()
+    result = capture.child("batch", fault=harness.fault("window.streaming", 1))
+    assert result.killed, result.describe()
+    split: list[str] = []
+    polled = set(stored.tablets.polled())
+    real = YbCdcClient.get_changes
+
+    def get_changes(client: YbCdcClient, tablet_id: str, position, **kw):
+        response = real(client, tablet_id, position, **kw)
+        rows = [r for r in response.cdc_sdk_proto_records if r.row_message.op in ROW_OPS]
+        if rows and not split and tablet_id in polled:  # a tablet not split yet
+            split.append(tablet_id)
+            source.standin.split(tablet_id)  # between this page and the next
+        return response
+
+    monkeypatch.setattr(YbCdcClient, "get_changes", get_changes)
+    source.standin.set(changes_page_size=3)
+    try:
+        capture.catch_up()
+    finally:
+        source.standin.set(changes_page_size=500)
+    assert split, "no tablet split during the recovery"
+    capture.verify(transactions=writes.transactions)

@@ -165,10 +165,11 @@ def test_snapshot_reads_the_streams_snapshot_then_a_window_continues_it(yb, prov
         assert start.position.safe_hybrid_time == ht
         (owner,) = [t for t, ids in tablet_ids.items() if tablet_id in ids]
         assert start.table_ids == (yb.tablets(owner)[0]["table_id"],)
-        # nothing stored but the bootstrap's own checkpoint (no SetCDCCheckpoint, snapshot not marked done)
+        # the bootstrap's own checkpoint, no SetCDCCheckpoint; the snapshot marked done (snapshot_done_key:
+        # the row's snapshot key gone, its safe time the snapshot's), so the server holds no history for it
         server = yb.state(stream, tablet_id)
         assert tuple(server["checkpoint"]) == (checkpoint.term, checkpoint.index)
-        assert server["snapshot_key"] is not None
+        assert server["snapshot_key"] is None and server["safe_time"] == ht
 
     # a stream window from the snapshot's end: exactly the changes after the stream's creation
     window = run_job(stream_spec(yb, stream, [table, few, empty], tmp_path, 2, ht + 1, end + 1, starts), no_spark)
@@ -181,6 +182,31 @@ def test_snapshot_reads_the_streams_snapshot_then_a_window_continues_it(yb, prov
         for name in (table, few, empty):
             assert_same_state(replay(topic(tmp_path, name), ["id"]), rows_of(conn, name))
     assert [w.window.kind for w in committed_windows(str(tmp_path), PREFIX)] == ["snapshot", "stream"]
+
+
+def test_a_table_rewritten_after_the_streams_creation_is_named_as_rewritten(yb):
+    # YB's DocDB table id is built from the relfilenode (pg_yb_utils.h YbGetRelfileNodeId), which a
+    # table rewrite changes: the stream keeps listing the old table, whose tablets get no new rows.
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
+
+    table, kept = "snap_rewritten", "snap_kept"
+    with yb.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int)")
+        conn.execute(f"CREATE TABLE {kept} (id int PRIMARY KEY, n int)")
+    yb.wait_caught_up()
+    stream = yb.create_stream("CHANGE", "EXPLICIT", tables=[table, kept])
+    refs = [TableRef("public", table), TableRef("public", kept)]
+    with yb.connect() as conn, YbCdcClient(yb.master_addresses, stream, tls=None) as client:
+        assert admin.stream_problems(admin.stream_status(client), admin.database_ids(conn, refs), stream) == []
+        conn.execute(f"ALTER TABLE {table} ALTER COLUMN n TYPE bigint")  # a table rewrite
+        conn.execute(f"INSERT INTO {table} VALUES (1, 1)")
+        yb.wait_caught_up()
+        ids = admin.database_ids(conn, refs)
+        (problem,) = admin.stream_problems(admin.stream_status(client), ids, stream)
+    assert f'"public"."{table}" was rewritten after CDC stream' in problem
+    assert "create a new stream" in problem and kept not in problem
+    # The stand-in made a new DocDB table for the rewritten one, with the id the product computed.
+    assert {t["table_id"] for t in yb.tablets(table)} == {ids.tables[refs[0]]}
 
 
 def test_a_captured_table_not_in_the_stream_fails_before_anything_lands(yb, provider, tmp_path):

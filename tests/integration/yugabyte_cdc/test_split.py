@@ -3,11 +3,14 @@
 
 One capture, four windows' worth of checks: (a) a tablet splits while the job polls it, with changes
 before the split on its range and after it on both children (one transaction spanning a child and
-another tablet, one spanning both children), all inside one window: every change once, whole
-transactions, commit order, the window's end state marks the split; (c) the same window's spec run
-again gives the same events and end state; (b) the next window reads the children only; (d) a split
-between windows, found by the next window's first ``GetChanges`` (once after records, once at once),
-a child split again. The replay of every window equals the table.
+another tablet, one spanning both children), all inside one window. As YugabyteDB does once a split
+is applied, the parent answers TABLET_SPLIT at once, with pre-split changes still unsent, and the
+children send those from their copies of the parent's log (docs/research/issue29/cdc-service.md
+§1.1): every change once, whole transactions, commit order, the window's end state marks the split;
+(c) the same window's spec run again gives the same changes and end state (the parent now refuses
+at once, from the window's start); (b) the next window reads the children only; (d) a split between
+windows, found by the next window's first ``GetChanges`` (once after records, once with nothing
+after the checkpoint), a child split again. The replay of every window equals the table.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints, TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import InvalidRequestError, YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
@@ -152,6 +155,11 @@ def check_window(events: list[dict], from_ht: int, end_ht: int) -> None:
     assert all(orders == list(range(1, len(orders) + 1)) for orders in by_tx.values())
 
 
+def change_of(event: dict) -> tuple:
+    """A change, whichever tablet sent it: operation, key, commit time, images."""
+    return (event["op"], key_of(event), event["source"]["commit_time"], repr(event["before"]), repr(event["after"]))
+
+
 def tablets_of_tx(events: list[dict], key: int) -> tuple[str, set[str]]:
     """The transaction that changed ``key`` (its only one in the window): its id and tablets."""
     (tx_id,) = {e["transaction"]["id"] for e in events if key_of(e) == key}
@@ -195,6 +203,7 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
 
     def split_now() -> None:
         """Between the parent's first and second page: split it, then change both halves."""
+        after["before_ht"] = yb.wait_caught_up()  # every change before the split is committed by now
         lo, up = after["children"] = tuple(yb.split(parent))
         (a0, a1, a2, a3), (b0, b1, b2) = keys.take(lo, 4), keys.take(up, 3)
         after["keys"] = {"a": (a0, a1, a2, a3), "b": (b0, b1, b2)}
@@ -217,10 +226,10 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
     lo, up = after["children"]
     a, b = after["keys"]["a"], after["keys"]["b"]
     parent_calls = calls.of(parent)
-    # the split came between the parent's pages: a page with rows, then more pages with the rest
-    # of its rows (sent before the split op), then TABLET_SPLIT; the children were read after it
-    assert parent_calls[-1] == "split" and "split" not in parent_calls[:-1]
-    assert parent_calls[0] > 0 and sum(n for n in parent_calls[1:-1] if n != "split") > 0
+    # the split came between the parent's pages: a page with rows, then TABLET_SPLIT at once (after
+    # at most the rest of a transaction the page stopped in); the children were read after it
+    assert parent_calls[-1] == "split" and "split" not in parent_calls[:-1] and len(parent_calls) <= 3
+    assert parent_calls[0] > 0
     first_child_call = next(i for i, (t, _) in enumerate(calls.seen) if t in (lo, up))
     assert first_child_call > calls.seen.index((parent, "split"))
     events1 = window_events(tmp_path / "run", 1, [])
@@ -229,12 +238,17 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
     assert first.stats["changes"] == len(events1)
     assert {e["source"]["tablet_id"] for e in events1} == {parent, lo, up, q}
     by_tablet = Counter(e["source"]["tablet_id"] for e in events1)
-    assert by_tablet[parent] == 9  # 6 inserts, an update, a delete, the parent's part of the transaction with q
+    # 6 inserts, an update, a delete, the parent's part of the transaction with q: the parent sent
+    # some, the children (from their copies of its log) the rest, none twice
+    before = [e for e in events1 if e["source"]["commit_time"] <= after["before_ht"] and e["source"]["tablet_id"] != q]
+    assert len(before) == 9 and 0 < by_tablet[parent] < 9
+    assert {e["source"]["tablet_id"] for e in before} - {parent} <= {lo, up}
     tx, tablets = tablets_of_tx(events1, a[2])
     assert tablets == {lo, q}  # one transaction across a child and another tablet
     assert [e["transaction"]["total_order"] for e in events1 if e["transaction"]["id"] == tx] == [1, 2, 3]
     assert tablets_of_tx(events1, a[3])[1] == {lo, up}  # and one across both children
-    assert tablets_of_tx(events1, k[6])[1] == {parent, q}
+    parts = tablets_of_tx(events1, k[6])[1]
+    assert q in parts and len(parts) == 2 and parts - {q} <= {parent, lo, up}
     same_as_table(yb, initial, events1)
     ends1 = TabletCheckpoints.from_json(first.stats["source_state"]["tablets"])
     assert first.stats["tablet_splits"] == [[parent, sorted(ends1[parent].children)]]
@@ -243,13 +257,20 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
     assert ends1[lo].table_ids == start[parent].table_ids
     assert set(ends1.polled()) == {lo, up, q, r}
     assert all(position.safe_hybrid_time >= end1 for position in ends1.polled().values())
+    # the parent was only ever polled with the committed checkpoint: the server holds it there
+    committed = start[parent].position.checkpoint
+    assert yb.state(stream, parent)["checkpoint"] == [committed.term, committed.index]
 
-    # -- (c) the same window again (a retry, into a sink of its own to compare): the parent serves
-    # its records again, then TABLET_SPLIT; the same children from the same positions
+    # -- (c) the same window again (a retry, into a sink of its own to compare): the parent answers
+    # TABLET_SPLIT at once, from the window's start, and the children send all of its changes; the
+    # same changes, only attributed to the children (source.tablet_id, single-shard transaction ids)
     calls.seen.clear()
     again = run_job(replace(spec1, sink_path=str(tmp_path / "retry")), no_spark)
-    assert calls.of(parent)[-1] == "split" and sum(n for n in calls.of(parent) if n != "split") > 0
-    assert topic(tmp_path / "retry", TABLE) == events1
+    assert calls.of(parent) == ["split"]
+    retried = topic(tmp_path / "retry", TABLE)
+    check_window(retried, from_ht, end1)
+    assert sorted(map(change_of, retried)) == sorted(map(change_of, events1))
+    assert parent not in {e["source"]["tablet_id"] for e in retried}
     assert again.stats["changes"] == first.stats["changes"]
     ends1_again = TabletCheckpoints.from_json(again.stats["source_state"]["tablets"])
     assert lineage(ends1_again) == lineage(ends1)  # safe times differ: the last poll's
@@ -290,7 +311,7 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
         no_spark,
     )
     assert calls.of(r) == ["split"]  # refused at the first request, with nothing before the split
-    assert calls.of(lo)[-1] == "split" and sum(n for n in calls.of(lo) if n != "split") == 2
+    assert calls.of(lo) == ["split"]  # at once: its grandchildren send window 3's changes before the split
     events3 = window_events(tmp_path / "run", 3, [*events1, *events2])
     check_window(events3, end2 + 1, end3)
     assert Counter(e["op"] for e in events3) == {"c": 6, "u": 2}
@@ -301,3 +322,89 @@ def test_splits_mid_window_and_between_windows_lose_and_double_nothing(yb, tmp_p
     assert ends3[lo].parent == parent and ends3[lo].children == tuple(sorted(lo_children))
     assert ends3[r].children == tuple(sorted(r_children))
     assert set(ends3.polled()) == {up, q, *lo_children, *r_children}
+
+
+def small_capture(yb: YugabyteCdcStandIn, name: str) -> tuple[str, TabletCheckpoints, str, list[int], int, dict]:
+    """A table of its own with a stream started on it: (stream, start, a tablet, its keys, from, rows)."""
+    execute(yb, (f"CREATE TABLE {name} (id int PRIMARY KEY, v text, n int)", ()))
+    yb.wait_caught_up()
+    stream = yb.create_stream(RECORD_TYPE, "EXPLICIT", tables=[name])
+    start = start_streaming(yb, stream, name)
+    parent = sorted(start)[0]
+    keys = keys_per_tablet(yb, name)[parent][:10]
+    from_ht = yb.wait_caught_up() + 1
+    with yb.connect() as conn:
+        initial = source_rows(conn, f"public.{name}", ["id"])
+    return stream, start, parent, keys, from_ht, initial
+
+
+def write_keys(yb: YugabyteCdcStandIn, name: str, keys: list[int], v: str) -> None:
+    execute(yb, *((f"INSERT INTO {name} VALUES (%s, %s, 0)", (key, v)) for key in keys))
+
+
+def replay_equals(yb: YugabyteCdcStandIn, name: str, initial: dict, events: list[dict]) -> None:
+    replayed = replay([*base_image(initial), *events], ["id"])
+    with yb.connect() as conn:
+        source = source_rows(conn, f"public.{name}", ["id"])
+    assert source == {k: {c: v[c] for c in COLUMNS} for k, v in replayed.items()}
+
+
+def test_invalid_request_on_a_split_parent_the_master_lists_children_of_is_a_split(yb, tmp_path, calls) -> None:
+    """YB answers INVALID_REQUEST "Tablet ID … is not part of stream ID …" for a split parent it no
+    longer finds for the stream (``CheckTabletValidForStream``); the connector reads INVALID_REQUEST
+    as a split (CONN ``YugabyteDBStreamingChangeEventSource.java`` l.564). The product does so when
+    the master lists children of the tablet, and the window is exact."""
+    name = "t_split_invalid"
+    stream, start, parent, keys, from_ht, initial = small_capture(yb, name)
+    write_keys(yb, name, keys[:4], "before")
+    children = yb.split(parent)
+    write_keys(yb, name, keys[4:8], "after")
+    end = yb.wait_caught_up()
+    refusal = f"Tablet ID {parent} is not part of stream ID {stream}"
+    yb.fail_next(
+        "GetChanges", refusal, tablet_id=parent, service_code="INVALID_REQUEST", status_code="INVALID_ARGUMENT"
+    )
+    entry = run_job(make_spec(yb, stream, name, tmp_path / "run", 1, from_ht, end + 1, start, RECORD_TYPE), no_spark)
+    assert calls.of(parent) == ["split"]
+    assert entry.stats["tablet_splits"] == [[parent, sorted(children)]]
+    events = topic(tmp_path / "run", name)
+    assert len(events) == 8
+    replay_equals(yb, name, initial, events)
+
+
+def test_invalid_request_on_a_tablet_that_was_not_split_is_a_configuration_error(yb, tmp_path) -> None:
+    """INVALID_REQUEST for a tablet no tablet names as its split parent stays a configuration error,
+    saying what to check."""
+    name = "t_split_not_in_stream"
+    stream, start, parent, keys, from_ht, _ = small_capture(yb, name)
+    write_keys(yb, name, keys[:2], "x")
+    end = yb.wait_caught_up()
+    refusal = f"Tablet ID {parent} is not part of stream ID {stream}"
+    yb.fail_next(
+        "GetChanges", refusal, tablet_id=parent, service_code="INVALID_REQUEST", status_code="INVALID_ARGUMENT"
+    )
+    spec = make_spec(yb, stream, name, tmp_path / "run", 1, from_ht, end + 1, start, RECORD_TYPE)
+    with pytest.raises(InvalidRequestError, match="Check that the offset's tablets belong to this stream"):
+        run_job(spec, no_spark)
+
+
+def test_a_split_racing_its_apply_is_read_exactly_too(yb, tmp_path, calls) -> None:
+    """While YB applies a split, the parent's read loop may still reach its SPLIT_OP and serve up to
+    it before TABLET_SPLIT (``cdcsdk_producer.cc`` SPLIT_OP case; the stand-in's
+    ``split_racing_apply``); the children then send nothing the parent sent: the window is exact,
+    the parent's pre-split rows all from the parent."""
+    name = "t_split_racing"
+    stream, start, parent, keys, from_ht, initial = small_capture(yb, name)
+    write_keys(yb, name, keys[:5], "before")
+    yb.set(split_racing_apply=True)
+    try:
+        yb.split(parent)
+        write_keys(yb, name, keys[5:9], "after")
+        end = yb.wait_caught_up()
+        run_job(make_spec(yb, stream, name, tmp_path / "run", 1, from_ht, end + 1, start, RECORD_TYPE), no_spark)
+    finally:
+        yb.set(split_racing_apply=False)
+    events = topic(tmp_path / "run", name)
+    assert calls.of(parent)[-1] == "split" and sum(n for n in calls.of(parent) if n != "split") == 5
+    assert len(events) == 9 and Counter(e["source"]["tablet_id"] for e in events)[parent] == 5
+    replay_equals(yb, name, initial, events)

@@ -19,6 +19,14 @@ CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.identity (
     ident "char" NOT NULL CHECK (ident IN ('c', 'd', 'f', 'n'))
 );
 
+-- YSQL sharding of tables whose CREATE TABLE named it (PRIMARY KEY (a ASC), ((a, b) HASH, c)...,
+-- rewritten by the proxy): how many key columns at the key's head are hash columns. Absent:
+-- YSQL's default, the first key column HASH.
+CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.sharding (
+    relid oid PRIMARY KEY,
+    num_hash_key_columns int NOT NULL
+);
+
 -- Committed transactions with at least one row change, in commit order, from the real slot.
 CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.journal (
     jseq bigint PRIMARY KEY,
@@ -65,7 +73,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.slot_txn (
 );
 
 GRANT SELECT ON ALL TABLES IN SCHEMA yb_standin TO PUBLIC;
-GRANT INSERT, UPDATE, DELETE ON yb_standin.identity, yb_standin.slots, yb_standin.slot_identity TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE ON yb_standin.identity, yb_standin.slots, yb_standin.slot_identity,
+    yb_standin.sharding TO PUBLIC;
 
 CREATE OR REPLACE FUNCTION yb_standin.now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
 $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
@@ -146,11 +155,16 @@ END $$;
 
 -- Tables created later: captured FULL underneath, CHANGE as seen by clients.
 CREATE OR REPLACE FUNCTION yb_standin.on_create_table() RETURNS event_trigger LANGUAGE plpgsql AS $$
-DECLARE r record;
+DECLARE r record; hash_columns text;
 BEGIN
     FOR r IN SELECT objid FROM pg_event_trigger_ddl_commands() WHERE object_type = 'table' LOOP
         IF yb_standin.is_user_table(r.objid) THEN
             EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
+            hash_columns := substring(current_query() FROM 'yb_standin:hash_columns=([0-9]+)');
+            IF hash_columns IS NOT NULL THEN
+                INSERT INTO yb_standin.sharding VALUES (r.objid, hash_columns::int)
+                ON CONFLICT (relid) DO UPDATE SET num_hash_key_columns = excluded.num_hash_key_columns;
+            END IF;
         END IF;
     END LOOP;
 END $$;
@@ -237,3 +251,134 @@ BEGIN
     END IF;
     DELETE FROM yb_standin.slots WHERE yb_standin.slots.slot_name = v_name;
 END $$;
+
+-- 9. Publication refresh, tables not of interest, restart time without an ack (docs/yugabytedb-standin.md).
+-- Flags as settings (YB names in the comments); times are the stand-in's milliseconds, which
+-- yb_standin.pass_time() moves (every stored time goes back, as if that much time had passed).
+ALTER TABLE yb_standin.settings
+    -- cdcsdk_publication_list_refresh_interval_secs (900): the slot's table list is re-read on this grid
+    ADD COLUMN IF NOT EXISTS pub_refresh_interval_ms bigint NOT NULL DEFAULT 900000,
+    -- publication changes apply at commit (2026.1+, implicit publication) instead of at the refresh
+    ADD COLUMN IF NOT EXISTS refresh_at_commit boolean NOT NULL DEFAULT false,
+    -- cdcsdk_tablet_not_of_interest_timeout_secs (14400): polled once within this of slot creation, or unqualified
+    ADD COLUMN IF NOT EXISTS not_of_interest_ms bigint NOT NULL DEFAULT 14400000,
+    -- cdc_skip_unqualified_tables_for_polling (2025.2.7.0+ / 2026.1.2.0+): skip unqualified tables, not fail
+    ADD COLUMN IF NOT EXISTS skip_unqualified boolean NOT NULL DEFAULT false,
+    -- cdcsdk_update_restart_time_when_nothing_to_stream (true) / cdcsdk_update_restart_time_interval_secs (60)
+    ADD COLUMN IF NOT EXISTS update_restart_time boolean NOT NULL DEFAULT true,
+    ADD COLUMN IF NOT EXISTS restart_update_interval_ms bigint NOT NULL DEFAULT 60000;
+
+-- Publication membership over time (YB reads a publication as of the slot's refresh time):
+-- kept by an event trigger after every DDL that can change it.
+CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.pub_history (
+    pubname name NOT NULL,
+    relid oid NOT NULL,  -- 0: the publication itself exists
+    added_ms bigint NOT NULL,
+    removed_ms bigint
+);
+CREATE INDEX IF NOT EXISTS pub_history_open ON yb_standin.pub_history (pubname, relid) WHERE removed_ms IS NULL;
+
+-- Per slot: the publication refreshes applied (the first at slot creation); a journal transaction
+-- after from_jseq sees the publications as of refresh_ms.
+CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.slot_refresh (
+    slot_name name NOT NULL REFERENCES yb_standin.slots ON DELETE CASCADE,
+    refresh_ms bigint NOT NULL,
+    from_jseq bigint NOT NULL,
+    PRIMARY KEY (slot_name, refresh_ms)
+);
+
+-- Per slot: the tables polled at least once (of interest); the others become unqualified once
+-- not_of_interest_ms has passed since slot creation.
+CREATE UNLOGGED TABLE IF NOT EXISTS yb_standin.slot_polled (
+    slot_name name NOT NULL REFERENCES yb_standin.slots ON DELETE CASCADE,
+    relid oid NOT NULL,
+    PRIMARY KEY (slot_name, relid)
+);
+GRANT SELECT ON yb_standin.pub_history, yb_standin.slot_refresh, yb_standin.slot_polled TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION yb_standin.sync_publications() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE now_ms bigint := yb_standin.now_ms();
+BEGIN
+    -- a publication or membership gone: closed; a new one: opened
+    UPDATE yb_standin.pub_history h SET removed_ms = now_ms
+    WHERE h.removed_ms IS NULL AND NOT EXISTS (
+        SELECT 1 FROM pg_publication p WHERE p.pubname = h.pubname AND (h.relid = 0 OR EXISTS (
+            SELECT 1 FROM pg_publication_tables t
+            WHERE t.pubname = h.pubname AND format('%I.%I', t.schemaname, t.tablename)::regclass = h.relid)));
+    INSERT INTO yb_standin.pub_history (pubname, relid, added_ms)
+    SELECT m.pubname, m.relid, now_ms FROM (
+        SELECT p.pubname, 0::oid AS relid FROM pg_publication p WHERE p.pubname <> 'yb_standin_all'
+        UNION
+        SELECT t.pubname, format('%I.%I', t.schemaname, t.tablename)::regclass::oid
+        FROM pg_publication_tables t WHERE t.pubname <> 'yb_standin_all'
+    ) m
+    WHERE NOT EXISTS (SELECT 1 FROM yb_standin.pub_history h
+                      WHERE h.pubname = m.pubname AND h.relid = m.relid AND h.removed_ms IS NULL);
+END $$;
+
+CREATE OR REPLACE FUNCTION yb_standin.on_publication_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM yb_standin.sync_publications();
+END $$;
+
+DROP EVENT TRIGGER IF EXISTS yb_standin_publications;
+CREATE EVENT TRIGGER yb_standin_publications ON ddl_command_end
+    WHEN TAG IN ('CREATE PUBLICATION', 'ALTER PUBLICATION', 'CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO',
+                 'ALTER TABLE', 'CREATE SCHEMA')
+    EXECUTE FUNCTION yb_standin.on_publication_ddl();
+DROP EVENT TRIGGER IF EXISTS yb_standin_publications_dropped;
+CREATE EVENT TRIGGER yb_standin_publications_dropped ON sql_drop
+    EXECUTE FUNCTION yb_standin.on_publication_ddl();
+SELECT yb_standin.sync_publications();
+
+-- The tables of publications ``names`` as of ``at_ms`` (YB: InitVirtualWal and each refresh read
+-- the publication with yb_read_time set to the refresh time).
+CREATE OR REPLACE FUNCTION yb_standin.published_as_of(names text[], at_ms bigint) RETURNS SETOF oid
+LANGUAGE sql STABLE AS $$
+    SELECT DISTINCT h.relid FROM yb_standin.pub_history h
+    WHERE h.pubname = ANY(names) AND h.relid <> 0 AND h.added_ms <= at_ms
+      AND (h.removed_ms IS NULL OR h.removed_ms > at_ms)
+$$;
+
+-- Every stored time goes back ``ms``: to the emulation, that much time has passed (slot expiry and
+-- activity, the refresh grid, the 4-hour rule).
+-- Refreshes that fall due are applied at once, from the next journaled transaction on (call it
+-- once everything committed so far is journaled).
+CREATE OR REPLACE FUNCTION yb_standin.pass_time(ms bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog AS $$
+    UPDATE yb_standin.slots SET created_ms = created_ms - ms, last_poll_ms = last_poll_ms - ms;
+    UPDATE yb_standin.slot_refresh SET refresh_ms = refresh_ms - ms;
+    UPDATE yb_standin.pub_history SET added_ms = added_ms - ms, removed_ms = removed_ms - ms;
+    INSERT INTO yb_standin.slot_refresh
+    SELECT d.slot_name, d.due, (SELECT coalesce(max(jseq), 0) FROM yb_standin.journal)
+    FROM (SELECT s.slot_name,
+                 s.created_ms + (yb_standin.now_ms() - s.created_ms) / st.pub_refresh_interval_ms
+                                * st.pub_refresh_interval_ms AS due
+          FROM yb_standin.slots s CROSS JOIN yb_standin.settings st WHERE NOT st.refresh_at_commit) d
+    WHERE d.due > (SELECT max(r.refresh_ms) FROM yb_standin.slot_refresh r WHERE r.slot_name = d.slot_name)
+    ON CONFLICT DO NOTHING;
+$$;
+
+-- The first refresh of a slot is its creation (cdc_state: last_pub_refresh_time = consistent snapshot time).
+CREATE OR REPLACE FUNCTION yb_standin.on_slot_created() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+    INSERT INTO yb_standin.slot_refresh VALUES (NEW.slot_name, NEW.created_ms, 0) ON CONFLICT DO NOTHING;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS slot_created ON yb_standin.slots;
+CREATE TRIGGER slot_created AFTER INSERT ON yb_standin.slots FOR EACH ROW EXECUTE FUNCTION yb_standin.on_slot_created();
+
+-- yb_table_properties(oid) (ybctype/pg_yb_utils: num_tablets, num_hash_key_columns, is_colocated,
+-- tablegroup_oid, colocation_id). A table without a primary key is hash-sharded on ybrowid (one
+-- hash column: a guess). Tablet counts are the stand-in's: one for range-sharded tables.
+CREATE OR REPLACE FUNCTION yb_standin.yb_table_properties(
+    rel oid, OUT num_tablets bigint, OUT num_hash_key_columns bigint, OUT is_colocated boolean,
+    OUT tablegroup_oid oid, OUT colocation_id oid
+) LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN h.n = 0 THEN 1 ELSE 3 END, h.n, false, NULL::oid, NULL::oid
+    FROM (SELECT coalesce((SELECT s.num_hash_key_columns FROM yb_standin.sharding s WHERE s.relid = rel), 1)::bigint
+          AS n) h
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = rel)
+$$;

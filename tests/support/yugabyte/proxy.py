@@ -12,6 +12,7 @@ import re
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 
 from ..pgwire import (
     Listener,
@@ -22,6 +23,7 @@ from ..pgwire import (
     read_startup,
     startup_parameters,
 )
+from .releases import pg11_refusal, server_version
 from .stream import StreamRefused, StreamSession, _lsn_int
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ _READ_TIME_CALL = re.compile(
     re.IGNORECASE,
 )
 _CATALOG_CHECK = re.compile(r'(?<![\w."])yb_disable_catalog_version_check\b', re.IGNORECASE)
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+(?:UNLOGGED\s+|TEMP(?:ORARY)?\s+)?TABLE\b", re.IGNORECASE)
+_PRIMARY_KEY = re.compile(r"\bPRIMARY\s+KEY\s*\(", re.IGNORECASE)
+_SHARDING_WORD = re.compile(r"\s+(HASH|ASC|DESC)\s*$", re.IGNORECASE)
 _HASH_CODE = re.compile(r'(?<![\w."])yb_hash_code\s*\(', re.IGNORECASE)
 _CREATE_SLOT = re.compile(rf"^\s*CREATE_REPLICATION_SLOT\s+({_NAME})\s+(.*?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 _DROP_SLOT = re.compile(rf"^\s*DROP_REPLICATION_SLOT\s+({_NAME})(\s+WAIT)?\s*;?\s*$", re.IGNORECASE)
@@ -46,6 +51,48 @@ _START = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _OPTION = re.compile(rf"({_NAME})\s+'((?:[^']|'')*)'")
+_ISOLATION = re.compile(
+    r"ISOLATION\s+LEVEL\s+(SERIALIZABLE|REPEATABLE\s+READ|READ\s+COMMITTED|READ\s+UNCOMMITTED)", re.IGNORECASE
+)
+_USE = "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'use')"
+_EXPORT = "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')"
+# YBCheckSnapshotsAllowed with the flag off (its text as issue yugabyte-db#30211 reports it)
+EXPORT_DISABLED = "cannot export or import snapshot when ysql_enable_pg_export_snapshot is disabled."
+
+
+@dataclass
+class _Transaction:
+    """What YB's walsender checks of the replication session's transaction block (walsender.c @
+    d0352220 ``CreateReplicationSlot``), as far as the proxy can tell from the SQL it forwards."""
+
+    isolation: str = "READ COMMITTED"  # default_transaction_isolation's default (guess for YB)
+    deferrable: bool = False
+    queried: bool = False  # FirstSnapshotSet: a statement that takes a snapshot ran
+    subtransactions: int = 0
+
+    @classmethod
+    def begun(cls, text: str) -> _Transaction:
+        upper = " ".join(text.upper().split())
+        level = _ISOLATION.search(upper)
+        return cls(
+            isolation=" ".join(level.group(1).split()) if level else cls.isolation,
+            deferrable="DEFERRABLE" in upper.replace("NOT DEFERRABLE", ""),
+        )
+
+    def use_snapshot_refusal(self, in_block: bool) -> str | None:
+        """The first of the walsender's USE_SNAPSHOT checks (flag on) that fails, in its order;
+        "batched execution mode" (YbIsBatchedExecution) never applies to a simple query."""
+        if in_block and self.deferrable:
+            return f"{_USE} must not be called in a DEFERRABLE transaction"
+        if not in_block:
+            return f"{_USE} must be called inside a transaction"
+        if self.isolation != "REPEATABLE READ":
+            return f"{_USE} must be called in REPEATABLE READ isolation mode transaction"
+        if self.queried:
+            return f"{_USE} must be called before any query"
+        if self.subtransactions:
+            return f"{_USE} must not be called in a subtransaction"
+        return None
 
 
 def unquote(name: str) -> str:
@@ -58,6 +105,44 @@ def _literal(text: str) -> str:
 
 def _raise(sqlstate: str, text: str) -> str:
     return f"DO $yb$BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}', MESSAGE = {_literal(text)}; END$yb$"
+
+
+def _closing(sql: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one open before ``start``."""
+    depth, i = 1, start
+    while i < len(sql) and depth:
+        depth += {"(": 1, ")": -1}.get(sql[i], 0)
+        i += 1
+    return i
+
+
+def _sharded_key(sql: str) -> str:
+    """YSQL's ``PRIMARY KEY ((a, b) HASH, c ASC)`` / ``(a ASC)`` / ``(a HASH)`` as PostgreSQL's
+    ``PRIMARY KEY (a, b, c)``, with a marker comment the create-table trigger records as the table's
+    number of hash columns (the first key column alone is HASH when nothing is said)."""
+    if not _CREATE_TABLE.match(sql):
+        return sql
+    m = _PRIMARY_KEY.search(sql)
+    if m is None:
+        return sql
+    end = _closing(sql, m.end())
+    inner = sql[m.end() : end - 1].strip()
+    if inner.startswith("("):  # (a, b) HASH, c ...
+        group_end = _closing(inner, 1)
+        group = inner[1 : group_end - 1]
+        rest = inner[group_end:].strip()
+        if not rest.upper().startswith("HASH"):
+            return sql
+        hash_columns = len(group.split(","))
+        parts = [group, *[p for p in rest[4:].split(",") if p.strip()]]
+    else:
+        parts = inner.split(",")
+        word = _SHARDING_WORD.search(parts[0])
+        if not any(_SHARDING_WORD.search(p) for p in parts):
+            return sql
+        hash_columns = 1 if word is None or word.group(1).upper() == "HASH" else 0
+    columns = ", ".join(_SHARDING_WORD.sub("", p).strip() for p in parts)
+    return f"/*yb_standin:hash_columns={hash_columns}*/ {sql[: m.end()]}{columns}){sql[end:]}"
 
 
 def _hash_code_calls(sql: str) -> str:
@@ -85,11 +170,16 @@ def _hash_code_calls(sql: str) -> str:
     return "".join(out) + sql[pos:]
 
 
-def rewrite_sql(sql: str, snapshot_for, refuse_call=None) -> str:
+def rewrite_sql(sql: str, snapshot_for, refuse_call=None, refuse_read_time=None, release: str | None = None) -> str:
     """The YSQL the stand-in accepts, as PostgreSQL statements. ``snapshot_for(ht)`` -> the exported
     snapshot held for a slot whose consistent point is ``ht``, or None. ``refuse_call(schema, name)``
     -> ``(sqlstate, message)`` when the session's role may not call the read-time procedure (its
-    body never runs here, so its privileges are checked instead), or None."""
+    body never runs here, so its privileges are checked instead), or None. ``refuse_read_time(ht)``
+    -> ``(sqlstate, message)`` for a read time YB refuses (one in the future of its clock), or None.
+    ``release``: a PG11-based one refuses PostgreSQL 12+ catalog columns (releases.pg11_refusal)."""
+    refused = pg11_refusal(sql, release)
+    if refused is not None:
+        return refused
 
     def identity(m: re.Match) -> str:
         return f"SELECT yb_standin.set_replica_identity({_literal(m.group(1))}, {_literal(m.group(2).upper())})"
@@ -97,6 +187,9 @@ def rewrite_sql(sql: str, snapshot_for, refuse_call=None) -> str:
     def read_time_value(digits: str, ht_suffix: str | None) -> str:
         value = int(digits)
         ht = value if ht_suffix else value << 12  # without ' ht': Unix microseconds
+        refusal = refuse_read_time(ht) if refuse_read_time else None
+        if refusal is not None:
+            return _raise(*refusal)
         snapshot = snapshot_for(ht)
         if snapshot is None:
             return _raise(
@@ -115,6 +208,7 @@ def rewrite_sql(sql: str, snapshot_for, refuse_call=None) -> str:
             return _raise(*refusal)
         return read_time_value(m.group(2), m.group(3))
 
+    sql = _sharded_key(sql)
     sql = _ALTER_IDENTITY.sub(identity, sql)
     sql = _READ_TIME.sub(read_time, sql)
     sql = _READ_TIME_CALL.sub(read_time_call, sql)
@@ -143,7 +237,7 @@ def standin_search_path(startup: bytes) -> bytes:
     return struct.pack("!I", len(body) + 4) + body
 
 
-def _rows(columns: list[str], rows: list[list[bytes | None]], tag: str) -> bytes:
+def _rows(columns: list[str], rows: list[list[bytes | None]], tag: str, status: bytes = b"I") -> bytes:
     desc = struct.pack("!h", len(columns)) + b"".join(
         name.encode() + b"\0" + struct.pack("!IhIhih", 0, 0, 25, -1, -1, 0) for name in columns
     )
@@ -154,7 +248,7 @@ def _rows(columns: list[str], rows: list[list[bytes | None]], tag: str) -> bytes
             struct.pack("!h", len(row))
             + b"".join(struct.pack("!i", -1) if v is None else struct.pack("!i", len(v)) + v for v in row),
         )
-    return out + message(b"C", tag.encode() + b"\0") + message(b"Z", b"I")
+    return out + message(b"C", tag.encode() + b"\0") + message(b"Z", status)
 
 
 class _Session:
@@ -166,6 +260,12 @@ class _Session:
         self.client_lock = threading.Lock()
         self.replication = False
         self.user = ""
+        # the replication session's transaction: the server's last ReadyForQuery status, and what
+        # the walsender's snapshot checks look at
+        self.status = b"I"
+        self.transaction = _Transaction()
+        self.read_at: int | None = None  # a USE_SNAPSHOT slot's HT this transaction must read at
+        self.swallow = 0  # answers (up to ReadyForQuery) to statements the proxy sent itself
 
     def send_client(self, data: bytes) -> None:
         with self.client_lock:
@@ -194,14 +294,29 @@ class _Session:
                 kind, body = read_message(self.client)
                 if kind == b"Q":
                     text = body.rstrip(b"\0").decode()
-                    if self.replication and self._replication_command(text):
-                        continue
-                    body = rewrite_sql(text, self.standin.snapshot_for, self._refuse_call).encode() + b"\0"
+                    if self.replication:
+                        if self._replication_command(text):
+                            continue
+                        self._track(text)
+                    body = (
+                        rewrite_sql(
+                            text,
+                            self.standin.snapshot_for,
+                            self._refuse_call,
+                            self.standin.read_time_refusal,
+                            self.standin.release,
+                        )
+                        + "\0"
+                    ).encode()
                 elif kind == b"P":
                     name_end = body.index(b"\0")
                     query_end = body.index(b"\0", name_end + 1)
                     text = rewrite_sql(
-                        body[name_end + 1 : query_end].decode(), self.standin.snapshot_for, self._refuse_call
+                        body[name_end + 1 : query_end].decode(),
+                        self.standin.snapshot_for,
+                        self._refuse_call,
+                        self.standin.read_time_refusal,
+                        self.standin.release,
                     )
                     body = body[: name_end + 1] + text.encode() + b"\0" + body[query_end + 1 :]
                 self.server.sendall(message(kind, body))
@@ -212,6 +327,32 @@ class _Session:
         except Exception:
             log.exception("yb stand-in proxy session failed")
 
+    def _track(self, text: str) -> None:
+        """Follow the replication session's transaction block from the SQL the client sends; the
+        first statement after a USE_SNAPSHOT slot's creation (flag on) reads at its HT."""
+        words = text.strip().rstrip(";").upper().split()
+        word = words[0] if words else ""
+        ends = word in ("COMMIT", "END", "ABORT") or (word == "ROLLBACK" and "TO" not in words[1:3])
+        if word in ("BEGIN", "START"):
+            self.transaction = _Transaction.begun(text)
+        elif ends:
+            self.transaction, self.read_at = _Transaction(), None
+        elif word == "SAVEPOINT":
+            self.transaction.subtransactions += 1
+        elif word == "RELEASE":
+            self.transaction.subtransactions = max(0, self.transaction.subtransactions - 1)
+        elif word == "SET" and _ISOLATION.search(text) and "TRANSACTION" in words[1:3]:
+            self.transaction.isolation = " ".join(_ISOLATION.search(text).group(1).upper().split())
+        elif word not in ("SET", "SHOW", "RESET", "ROLLBACK"):  # these take no snapshot
+            self.transaction.queried = True
+        if self.read_at is not None and not ends:
+            # YbUseSnapshotReadTime: the transaction reads at the slot's consistent point
+            snapshot = self.standin.snapshot_for(self.read_at)
+            self.read_at = None
+            if snapshot is not None:
+                self.swallow += 1
+                self.server.sendall(message(b"Q", f"SET TRANSACTION SNAPSHOT {_literal(snapshot)}\0".encode()))
+
     def _refuse_call(self, schema: str | None, name: str) -> tuple[str, str] | None:
         return self.standin.read_time_call_refusal(self.user, schema, name)
 
@@ -219,8 +360,15 @@ class _Session:
         try:
             while True:
                 kind, body = read_message(self.server)
+                if kind == b"Z":
+                    self.status = body[:1]
+                if self.swallow:  # the answer to a statement the proxy sent, not the client
+                    if kind == b"Z":
+                        self.swallow -= 1
+                    continue
                 if kind == b"S" and body.startswith(b"server_version\0"):  # as YB reports it
-                    body = body[:-1] + f"-YB-{self.standin.release}-b0".encode() + b"\0"
+                    backing = body[len(b"server_version\0") : -1].decode()
+                    body = b"server_version\0" + server_version(self.standin.release, backing).encode() + b"\0"
                 self.send_client(message(kind, body))
         except (EOFError, OSError):
             close_quietly(self.client)
@@ -229,6 +377,8 @@ class _Session:
 
     def _replication_command(self, text: str) -> bool:
         word = text.strip().split(None, 1)[0].upper() if text.strip() else ""
+        if word in ("CREATE_REPLICATION_SLOT", "START_REPLICATION") and self.status != b"I":
+            return self._in_transaction_block(text)
         try:
             if word == "CREATE_REPLICATION_SLOT":
                 self.send_client(self._create_slot(text))
@@ -246,9 +396,26 @@ class _Session:
                 self._start(text)
                 return True
         except StreamRefused as refused:
-            self.send_client(refused.response() + message(b"Z", b"I"))
+            self.send_client(refused.response() + message(b"Z", self.status))
             return True
         return False
+
+    def _in_transaction_block(self, text: str) -> bool:
+        """A replication command inside the session's transaction block. An error must abort
+        that transaction as the walsender's would, so it is raised by the real server: in a failed
+        block PostgreSQL answers 25P02 "current transaction is aborted" itself, as walsender.c's
+        ``exec_replication_command`` does."""
+        try:
+            if self.status == b"E":
+                raise StreamRefused("25P02", "current transaction is aborted")
+            if text.strip().split(None, 1)[0].upper() != "CREATE_REPLICATION_SLOT":
+                # PostgreSQL's PreventInTransactionBlock(true, "START_REPLICATION")
+                raise StreamRefused("25001", "START_REPLICATION cannot run inside a transaction block")
+            self.send_client(self._create_slot(text))
+        except StreamRefused as refused:
+            statement = "SELECT 1" if self.status == b"E" else _raise(refused.sqlstate, refused.text)
+            self.server.sendall(message(b"Q", statement.encode() + b"\0"))
+        return True
 
     def _create_slot(self, text: str) -> bytes:
         m = _CREATE_SLOT.match(text)
@@ -259,15 +426,13 @@ class _Session:
         generic = re.search(r"\((.*)\)\s*$", rest, re.DOTALL)
         words = re.sub(r"\(.*\)\s*$", "", rest, flags=re.DOTALL).split()
         upper = [w.upper() for w in words]
-        if "TEMPORARY" in upper:
-            raise StreamRefused("0A000", "temporary replication slot is not yet supported")
         if "PHYSICAL" in upper or "LOGICAL" not in upper:
             raise StreamRefused("0A000", "YSQL only supports logical replication slots")
         index = upper.index("LOGICAL")
         if index + 1 >= len(words):
             raise StreamRefused("42601", "syntax error in CREATE_REPLICATION_SLOT: no output plugin")
         plugin = unquote(words[index + 1])
-        lsn_type, action = "SEQUENCE", "USE_SNAPSHOT"
+        lsn_type, action = "SEQUENCE", self.standin.default_snapshot_action()
         for word in upper[index + 2 :]:
             if word in ("SEQUENCE", "HYBRID_TIME"):
                 lsn_type = word
@@ -284,12 +449,43 @@ class _Session:
                     ]
                 elif key == "lsn_type":
                     lsn_type = value
+        flag = self.standin.export_snapshot_enabled()
+        self._check_snapshot_action(action, flag)
+        if "TEMPORARY" in upper:  # checked after the snapshot action (walsender.c @ d0352220)
+            raise StreamRefused("0A000", "temporary replication slot is not yet supported")
         snapshot = self.standin.create_slot(name, plugin, lsn_type=lsn_type, snapshot_action=action)
+        if action == "USE_SNAPSHOT" and flag and self.status == b"T":
+            # GetTransactionSnapshot(); YbUseSnapshotReadTime(ht): this transaction reads at the HT
+            self.transaction.queried = True
+            self.read_at = int(snapshot)
         return _rows(
             ["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
-            [[name.encode(), b"0/2", snapshot.encode() if snapshot else None, plugin.encode()]],
+            [
+                [
+                    name.encode(),
+                    self.standin.consistent_point().encode(),
+                    snapshot.encode() if snapshot else None,
+                    plugin.encode(),
+                ]
+            ],
             "CREATE_REPLICATION_SLOT",
+            self.status,
         )
+
+    def _check_snapshot_action(self, action: str, flag: bool) -> None:
+        """walsender.c @ d0352220 ``CreateReplicationSlot``: EXPORT needs the flag and no
+        transaction block; USE, with the flag on, PostgreSQL's rules plus YB's (with it off, none:
+        "YB has its own snapshot mechanism"). No errcode: XX000."""
+        in_block = self.status != b"I"
+        if action == "EXPORT_SNAPSHOT":
+            if not flag:
+                raise StreamRefused("XX000", EXPORT_DISABLED)
+            if in_block:
+                raise StreamRefused("XX000", f"{_EXPORT} must not be called inside a transaction")
+        elif action == "USE_SNAPSHOT" and flag:
+            refusal = self.transaction.use_snapshot_refusal(in_block)
+            if refusal is not None:
+                raise StreamRefused("XX000", refusal)
 
     def _start(self, text: str) -> None:
         m = _START.match(text)

@@ -11,7 +11,9 @@ transaction read from one real pgoutput slot (journal.py); YB walsender sessions
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -20,10 +22,24 @@ from psycopg import sql
 
 from .journal import PUBLICATION, JournalReader, real_conninfo
 from .proxy import YugabyteProxy
-from .releases import BEFORE_ADVISORY_LOCKS, DEFAULT_RELEASE, has_advisory_locks
+from .releases import (
+    BEFORE_ADVISORY_LOCKS,
+    DEFAULT_RELEASE,
+    consistent_point,
+    default_snapshot_action,
+    export_snapshot_default,
+    has_advisory_locks,
+    publication_refresh_at_commit,
+)
 from .stream import StreamRefused
 
+log = logging.getLogger(__name__)
+
 CATALOG_SQL = Path(__file__).with_name("catalog.sql")
+
+# YB's max_clock_skew_usec default (500 ms): a slot's consistent time is the upper bound of the
+# cluster clock, up to this far ahead of a node's clock (Debezium QueryingSnapshotter.java l.58-62)
+DEFAULT_CLOCK_SKEW_MS = 500
 
 _ADVISORY = [
     ("pg_advisory_lock", "void"),
@@ -43,6 +59,11 @@ _ADVISORY = [
 _ADVISORY_HINT = "See https://github.com/yugabyte/yugabyte-db/issues/3642. React with thumbs up to raise its priority"
 
 
+def _clock_us() -> int:
+    """This host's clock in Unix microseconds (the clock yb_get_current_hybrid_time_lsn() reads)."""
+    return time.time_ns() // 1000
+
+
 class StandInService:
     """Installs the emulation in the database and serves it: journal reader + proxy."""
 
@@ -55,6 +76,8 @@ class StandInService:
         active_window_ms: int = 60_000,
         advisory_locks: bool | None = None,
         release: str | None = None,
+        export_snapshot: bool | None = None,
+        clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS,
     ):
         self.cluster = cluster
         self.database = database
@@ -66,6 +89,10 @@ class StandInService:
             release = BEFORE_ADVISORY_LOCKS if advisory_locks is False else DEFAULT_RELEASE
         self.release = release
         self.advisory_locks = has_advisory_locks(release) if advisory_locks is None else advisory_locks
+        # the gflag ysql_enable_pg_export_snapshot: its release's default unless set (releases.py)
+        self.export_snapshot = export_snapshot_default(release) if export_snapshot is None else export_snapshot
+        # how far ahead of the clock a slot's consistent time may be (YB's max_clock_skew_usec)
+        self.clock_skew_ms = clock_skew_ms
         self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self.closed = False
         self.proxy: YugabyteProxy | None = None
@@ -73,6 +100,8 @@ class StandInService:
         self._admin: psycopg.Connection | None = None
         self._lock = threading.Lock()
         self._snapshots: dict[int, tuple[object, str, str]] = {}  # ht -> (replication PGconn, snapshot, slot)
+        self._exported = threading.Condition(self._lock)  # a snapshot taken once the clock passed its time
+        self._pending: set[int] = set()  # consistent HTs whose snapshot is still to be taken
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -113,15 +142,53 @@ class StandInService:
 
     def create_slot(self, name: str, plugin: str, *, lsn_type: str = "SEQUENCE", snapshot_action: str = "USE_SNAPSHOT"):
         """Returns the snapshot_name answer: the consistent HT (USE_SNAPSHOT), the exported
-        snapshot's name (EXPORT_SNAPSHOT) or None (NOEXPORT_SNAPSHOT)."""
-        from psycopg import pq
+        snapshot's name (EXPORT_SNAPSHOT) or None (NOEXPORT_SNAPSHOT).
 
+        The consistent HT is the clock plus ``clock_skew_ms``: YB picks the upper bound of the
+        cluster's clocks, which "could be 0.5 seconds ahead of the time on some tserver nodes"
+        (Debezium QueryingSnapshotter.java l.58-62; YB's TestPgReplicationSlot
+        ``waitForSnapshotTimeToPass``). A USE_SNAPSHOT slot is answered at once and its snapshot
+        taken once the clock has passed that time (so it holds every commit up to it, as a read at
+        the HT would); an exported snapshot is taken before answering."""
         if self._admin_execute("SELECT 1 FROM yb_standin.slots WHERE slot_name = %s", (name,)):
             raise StreamRefused("42710", f'replication slot "{name}" already exists')
-        ht = self.current_ht()
+        ht = self.current_ht() + ((self.clock_skew_ms * 1000) << 12)
         if snapshot_action == "NOEXPORT_SNAPSHOT":
+            # answered once the clock has passed the consistent time: a commit after the answer
+            # streams (guess: YB's hybrid clock orders later commits after the consistent time)
+            self._wait_clock_past(ht)
             self._register(name, plugin, lsn_type, ht, None)
             return None
+        if snapshot_action == "EXPORT_SNAPSHOT" or self.clock_skew_ms <= 0:
+            self._wait_clock_past(ht)
+            snapshot = self._export(name, ht, (plugin, lsn_type))
+            return str(ht) if snapshot_action == "USE_SNAPSHOT" else snapshot
+        self._register(name, plugin, lsn_type, ht, None)
+        with self._lock:
+            self._pending.add(ht)
+        threading.Thread(target=self._export_later, args=(name, ht), daemon=True, name="yb-export").start()
+        return str(ht)
+
+    def _wait_clock_past(self, ht: int) -> None:
+        while (ahead_us := (ht >> 12) - _clock_us()) >= 0:
+            time.sleep(ahead_us / 1e6 + 0.001)
+
+    def _export_later(self, name: str, ht: int) -> None:
+        try:
+            self._wait_clock_past(ht)
+            self._export(name, ht, None)
+        except Exception:  # the slot was dropped meanwhile, or the service stops
+            log.debug("no snapshot for slot %s", name, exc_info=True)
+        finally:
+            with self._exported:
+                self._pending.discard(ht)
+                self._exported.notify_all()
+
+    def _export(self, name: str, ht: int, register: tuple[str, str] | None) -> str:
+        """Export a real snapshot for slot ``name`` at ``ht``; ``register`` = (plugin, lsn_type) to
+        register the slot with it, else the registered slot gets its boundary now."""
+        from psycopg import pq
+
         conn = pq.PGconn.connect(real_conninfo(self.cluster, self.database, replication=True).encode())
         temp = "ybss_" + uuid.uuid4().hex[:24]
         result = conn.exec_(f"CREATE_REPLICATION_SLOT {temp} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT".encode())
@@ -131,27 +198,61 @@ class StandInService:
             raise StreamRefused("XX000", f"could not create the consistent snapshot: {text}")
         boundary, snapshot = result.get_value(0, 1).decode(), result.get_value(0, 2).decode()
         try:
-            self._register(name, plugin, lsn_type, ht, boundary)
-        except StreamRefused:
+            if register is not None:
+                self._register(name, register[0], register[1], ht, boundary)
+            elif not self._admin_execute(
+                "UPDATE yb_standin.slots SET boundary_lsn = %s::pg_lsn WHERE slot_name = %s AND snapshot_ht = %s "
+                "RETURNING 1",
+                (boundary, name, ht),
+            ):
+                raise StreamRefused("42704", f'replication slot "{name}" does not exist')
+        except BaseException:
             conn.finish()
             raise
         with self._lock:
             self._snapshots[ht] = (conn, snapshot, name)
-        return str(ht) if snapshot_action == "USE_SNAPSHOT" else snapshot
+        return snapshot
 
     def drop_slot(self, name: str) -> None:
         self._call("SELECT yb_standin.pg_drop_replication_slot(%s)", (name,))
         self._release_dropped_snapshots()
 
-    def snapshot_for(self, ht: int) -> str | None:
-        with self._lock:
-            held = self._snapshots.get(ht)
-            if held is not None:
-                return held[1]
-            for _conn, snapshot, _slot in self._snapshots.values():
-                if snapshot == str(ht):
-                    return snapshot
-        return None
+    def snapshot_for(self, ht: int, timeout: float = 10.0) -> str | None:
+        """The exported snapshot of the slot whose consistent point is ``ht`` (waiting for one
+        still being taken), or None."""
+        deadline = time.monotonic() + timeout
+        with self._exported:
+            while True:
+                held = self._snapshots.get(ht)
+                if held is not None:
+                    return held[1]
+                for _conn, snapshot, _slot in self._snapshots.values():
+                    if snapshot == str(ht):
+                        return snapshot
+                if ht not in self._pending or time.monotonic() >= deadline:
+                    return None
+                self._exported.wait(0.05)
+
+    def read_time_refusal(self, ht: int) -> tuple[str, str] | None:
+        """``(sqlstate, message)`` for ``SET LOCAL yb_read_time`` to a time after this node's clock
+        ("The "SET LOCAL yb_read_time" will return an error if the time to be set is in the
+        future", Debezium QueryingSnapshotter.java l.58-62). The text and SQLSTATE are a guess: no
+        YB source for the check was found (newer servers may wait instead: wait event
+        WaitForReadTime, yugabyte-db PR #28089)."""
+        if (ht >> 12) < _clock_us():
+            return None
+        return "XX000", f"yb_read_time {ht} ht is in the future of this node's clock"
+
+    def export_snapshot_enabled(self) -> bool:
+        """The gflag ``ysql_enable_pg_export_snapshot`` now (a test may flip it)."""
+        rows = self._admin_execute("SELECT value FROM yb_standin.gflags WHERE name = 'ysql_enable_pg_export_snapshot'")
+        return self.export_snapshot if not rows else rows[0][0] == "true"
+
+    def default_snapshot_action(self) -> str:
+        return default_snapshot_action(self.release)
+
+    def consistent_point(self) -> str:
+        return consistent_point(self.release)
 
     def read_time_call_refusal(self, user: str, schema: str | None, name: str) -> tuple[str, str] | None:
         """``(sqlstate, message)`` when ``user`` may not ``CALL [schema.]name('<ht> ht')``, the
@@ -233,6 +334,16 @@ class StandInService:
                 "retention_ms = excluded.retention_ms, active_window_ms = excluded.active_window_ms, "
                 "advisory_locks = excluded.advisory_locks",
                 (self.retention_ms, self.active_window_ms, self.advisory_locks),
+            )
+            # publication changes: at the periodic refresh up to 2025.2, at commit from 2026.1 (releases.py)
+            conn.execute(
+                "UPDATE yb_standin.settings SET refresh_at_commit = %s", (publication_refresh_at_commit(self.release),)
+            )
+            conn.execute("CREATE TABLE IF NOT EXISTS yb_standin.gflags (name text PRIMARY KEY, value text NOT NULL)")
+            conn.execute(
+                "INSERT INTO yb_standin.gflags VALUES ('ysql_enable_pg_export_snapshot', %s) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                (str(self.export_snapshot).lower(),),
             )
             self._install_pg_class(conn)
             self._install_advisory_locks(conn)

@@ -40,6 +40,8 @@ class YugabyteStandIn:
         active_window_ms: int = 60_000,
         advisory_locks: bool | None = None,
         release: str | None = None,
+        export_snapshot: bool | None = None,
+        clock_skew_ms: int | None = None,
     ):
         self.cluster = cluster
         self.database = database
@@ -47,6 +49,8 @@ class YugabyteStandIn:
         self.active_window_ms = active_window_ms
         self.advisory_locks = advisory_locks
         self.release = release
+        self.export_snapshot = export_snapshot  # ysql_enable_pg_export_snapshot; None: the release's default
+        self.clock_skew_ms = clock_skew_ms  # max_clock_skew_usec / 1000; None: YB's default, 500
         self.journal_slot = "ybsj_" + hashlib.md5(database.encode()).hexdigest()[:20]
         self._process: subprocess.Popen | None = None
         self._port: int | None = None
@@ -71,6 +75,8 @@ class YugabyteStandIn:
             "active_window_ms": self.active_window_ms,
             "advisory_locks": self.advisory_locks,
             "release": self.release,
+            "export_snapshot": self.export_snapshot,
+            **({} if self.clock_skew_ms is None else {"clock_skew_ms": self.clock_skew_ms}),
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
         self._process = subprocess.Popen(
@@ -179,6 +185,44 @@ class YugabyteStandIn:
         """``ysql_cdc_active_replication_slot_window_ms``: ``active`` and the drop refusal."""
         self.active_window_ms = ms
         self.admin_query("UPDATE yb_standin.settings SET active_window_ms = %s", (ms,))
+
+    def set_export_snapshot(self, enabled: bool) -> None:
+        """The gflag ``ysql_enable_pg_export_snapshot`` (read at every CREATE_REPLICATION_SLOT)."""
+        self.admin_query(
+            "UPDATE yb_standin.gflags SET value = %s WHERE name = 'ysql_enable_pg_export_snapshot'",
+            (str(enabled).lower(),),
+        )
+
+    #: YB flag -> column of yb_standin.settings (times in ms there)
+    _FLAGS = {
+        "cdcsdk_publication_list_refresh_interval_secs": ("pub_refresh_interval_ms", 1000),
+        "cdcsdk_tablet_not_of_interest_timeout_secs": ("not_of_interest_ms", 1000),
+        "cdc_skip_unqualified_tables_for_polling": ("skip_unqualified", None),
+        "cdcsdk_update_restart_time_when_nothing_to_stream": ("update_restart_time", None),
+        "cdcsdk_update_restart_time_interval_secs": ("restart_update_interval_ms", 1000),
+    }
+
+    def set_flags(self, **flags: float | bool) -> None:
+        """Set YB flags of the publication refresh, the 4-hour rule and the restart time, by their
+        YB names (seconds may be fractions). ``cdc_skip_unqualified_tables_for_polling`` exists
+        from 2025.2.7.0 (2024.2-2025.2 line) and 2026.1.2.0 only."""
+        from .releases import at_least
+
+        for name, value in flags.items():
+            column, scale = self._FLAGS[name]
+            if name == "cdc_skip_unqualified_tables_for_polling" and self.release is not None:
+                line_floor = "2026.1.2.0" if at_least(self.release, "2026.1") else "2025.2.7.0"
+                if not at_least(self.release, line_floor):
+                    raise ValueError(f"{name} does not exist in YugabyteDB {self.release} (from {line_floor})")
+            stored = value if scale is None else int(value * scale)
+            self.admin_query(f"UPDATE yb_standin.settings SET {column} = %s", (stored,))
+
+    def pass_time(self, ms: int) -> None:
+        """Let ``ms`` pass for the emulation: every slot's creation, last poll and publication
+        refreshes, and every publication change, move that far into the past (refresh grid, the
+        4-hour rule, expiry, ``active``). A refresh that falls due applies to the transactions
+        journaled after this call: let earlier commits reach the journal first."""
+        self.admin_query("SELECT yb_standin.pass_time(%s)", (ms,))
 
     def current_ht(self) -> int:
         """``yb_get_current_hybrid_time_lsn()``."""

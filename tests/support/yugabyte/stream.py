@@ -54,6 +54,48 @@ def expiry_message(stream_id: str, relid: int) -> str:
     return f"stream ID {stream_id} is expired for Tablet ID {tablet}"
 
 
+def not_of_interest_message(stream_id: str, relid: int) -> str:
+    # guess: YB's text was not found (the unqualified-table failure without
+    # cdc_skip_unqualified_tables_for_polling); the tablet id is derived as for expiry
+    tablet = hashlib.md5(f"{stream_id}/{relid}".encode()).hexdigest()
+    return (
+        f"Tablet ID {tablet} of table {relid} is not of interest for stream ID {stream_id}: it was not polled "
+        "within cdcsdk_tablet_not_of_interest_timeout_secs of the slot's creation"
+    )
+
+
+BPCHAR_OID, NUMERIC_OID = 1042, 1700
+_C_SPACE = b" \t\n\v\f\r"  # isspace() in the C locale
+
+
+def _docdb_text(value: object, type_oid: int) -> object:
+    """A value as YB's walsender prints it: the datum is rebuilt with typmod -1 (ybc_pggate.cc,
+    YBCPgGetCDCConsistentChanges, ``YBCPgTypeAttrs type_attrs{-1 /* typmod */}``) from what DocDB
+    stores: char(n) right-trimmed of isspace() (ybctype.c YbDatumToBPChar), numeric as
+    numeric_normalize() text (YbDatumToDecimalText). Arrays are stored whole and keep both."""
+    if not isinstance(value, bytes):
+        return value
+    if type_oid == BPCHAR_OID:
+        return value.rstrip(_C_SPACE)
+    if type_oid == NUMERIC_OID and b"." in value:
+        return value.rstrip(b"0").rstrip(b".")
+    return value
+
+
+def _docdb_row(row: tuple | None, relation: Relation) -> tuple | None:
+    if row is None:
+        return None
+    return tuple(_docdb_text(v, c.type_oid) for v, c in zip(row, relation.columns))
+
+
+def _as_docdb_prints(msg, relation: Relation):
+    if isinstance(msg, Insert):
+        return Insert(msg.relation_oid, _docdb_row(msg.new, relation))
+    if isinstance(msg, Delete):
+        return Delete(msg.relation_oid, msg.old_kind, _docdb_row(msg.old, relation))
+    return Update(msg.relation_oid, msg.old_kind, _docdb_row(msg.old, relation), _docdb_row(msg.new, relation))
+
+
 def yb_changes(
     messages: list[bytes], identity: dict[int, str], published: set[int], keys: dict[int, tuple[int, ...]]
 ) -> tuple[list[bytes], list[_Change]]:
@@ -75,6 +117,7 @@ def yb_changes(
         relid = msg.relation_oid
         if relid not in published:
             continue
+        msg = _as_docdb_prints(msg, relations[relid])
         ident = identity.get(relid, "c")
         key = keys.get(relid, ())
         ncols = len(relations[relid].columns)
@@ -87,7 +130,7 @@ def yb_changes(
 
         if isinstance(msg, Insert):
             inserted.add((relid, key_of(msg.new)))
-            out.append(_Change(relid, payload))
+            out.append(_Change(relid, encode(msg)))
         elif isinstance(msg, Delete):
             old = msg.old
             if ident == "f":
@@ -175,28 +218,157 @@ class StreamSession:
         )
         self.publications = [p.strip().strip('"') for p in self.options.get("publication_names", "").split(",") if p]
         self._refresh_published()
-        if idle_ms > retention_ms:
+        # What YBCInitVirtualWal and the first CDC-service calls refuse: YB's walsender sends
+        # CopyBothResponse before YBCInitVirtualWal (walsender.c @ d0352220,
+        # StartLogicalReplication), so these arrive as an ErrorResponse inside the stream (run()).
+        self.refusal = self._virtual_wal_refusal(plugin, stream_id, idle_ms > retention_ms)
+        if self.refusal is None:
+            self._touch()
+
+    def _virtual_wal_refusal(self, plugin: str, stream_id: str, expired: bool) -> StreamRefused | None:
+        missing = sorted(
+            set(self.publications)
+            - {r[0] for r in self.db.execute("SELECT pubname::text FROM pg_catalog.pg_publication").fetchall()}
+        )
+        if missing:  # YBGetPublicationsByNames(..., missing_ok=false) -> GetPublicationByName
+            return StreamRefused("42704", f'publication "{missing[0]}" does not exist')
+        if expired:
             relid = min(self.published) if self.published else 0
-            raise StreamRefused("XX000", expiry_message(stream_id, relid))
+            return StreamRefused("XX000", expiry_message(stream_id, relid))
         if plugin == "pgoutput":
             for relid in sorted(self.published):
                 if self.identity.get(relid, "c") == "c":
-                    raise StreamRefused(
+                    return StreamRefused(
                         "0A000",
                         f"replica identity CHANGE (for table: {relid}) is not supported for output plugin pgoutput",
                         "Consider using output plugin yboutput instead",
                     )
-        self._touch()
+        return None
 
     def _refresh_published(self) -> None:
-        self.published = {
+        """The slot's table list: ``self.published`` (the newest) and, before 2026.1, the list each
+        journal transaction sees (:meth:`_published_at`).
+
+        Up to 2025.2 YB re-reads the publications only at its periodic refresh, as of the refresh
+        time (``yb_virtual_wal_client.c`` ``InitVirtualWal``: ``yb_read_time`` =
+        ``yb_last_pub_refresh_time``; ``YBCReadRecord``: ``needs_publication_table_list_refresh``),
+        on a grid of ``cdcsdk_publication_list_refresh_interval_secs`` from slot creation. Here a
+        refresh that fell due applies from the next journaled transaction on (YB: from the refresh
+        record's commit time): changes of a newly published table committed before it are never
+        streamed. From 2026.1 the publications as they are now."""
+        settings = self._settings()
+        now = self.db.execute("SELECT yb_standin.now_ms()").fetchone()[0]
+        created = self.db.execute(
+            "SELECT created_ms FROM yb_standin.slots WHERE slot_name = %s", (self.slot,)
+        ).fetchone()
+        created_ms = created[0] if created else now
+        if settings["refresh_at_commit"]:
+            self._refreshes = None
+            current = {
+                int(r[0])
+                for r in self.db.execute(
+                    "SELECT format('%%I.%%I', schemaname, tablename)::regclass::oid::bigint "
+                    "FROM pg_catalog.pg_publication_tables WHERE pubname = ANY(%s)",
+                    (self.publications,),
+                ).fetchall()
+            }
+        else:
+            interval = max(1, settings["pub_refresh_interval_ms"])
+            due = created_ms + (now - created_ms) // interval * interval
+            self.db.execute(  # slots from before refreshes were modelled: their creation is the first
+                "INSERT INTO yb_standin.slot_refresh VALUES (%s, %s, 0) ON CONFLICT DO NOTHING", (self.slot, created_ms)
+            )
+            self.db.execute(
+                "INSERT INTO yb_standin.slot_refresh SELECT %s, %s, coalesce(max(jseq), 0) FROM yb_standin.journal "
+                "WHERE %s > (SELECT max(refresh_ms) FROM yb_standin.slot_refresh WHERE slot_name = %s) "
+                "ON CONFLICT DO NOTHING",
+                (self.slot, due, due, self.slot),
+            )
+            refreshes = self.db.execute(
+                "SELECT refresh_ms, from_jseq FROM yb_standin.slot_refresh WHERE slot_name = %s "
+                "ORDER BY from_jseq, refresh_ms",
+                (self.slot,),
+            ).fetchall()
+            self._refreshes = []
+            for at_ms, from_jseq in refreshes:
+                rows = self.db.execute(
+                    "SELECT yb_standin.published_as_of(%s, %s)::bigint", (self.publications, at_ms)
+                ).fetchall()
+                self._refreshes.append((from_jseq, {int(r[0]) for r in rows}))
+            current = set(self._refreshes[-1][1]) if self._refreshes else set()
+        unqualified = self._unqualified(current, now - created_ms, settings)
+        self.unqualified = unqualified
+        self.published = current - unqualified
+        if unqualified and not settings["skip_unqualified"] and hasattr(self, "unacked"):
+            # A GetChanges failure on the table's tablet: only once streaming (after 'W', in run()).
+            raise StreamRefused("XX000", not_of_interest_message(self.stream_id(), min(unqualified)))
+
+    def _settings(self) -> dict:
+        cursor = self.db.execute("SELECT * FROM yb_standin.settings")
+        return dict(zip([c.name for c in cursor.description], cursor.fetchone()))
+
+    def stream_id(self) -> str:
+        row = self.db.execute("SELECT stream_id FROM yb_standin.slots WHERE slot_name = %s", (self.slot,)).fetchone()
+        return row[0] if row else ""
+
+    def _unqualified(self, tables: set[int], age_ms: int, settings: dict) -> set[int]:
+        """The tables of ``tables`` that are no longer of interest: never polled, and the slot is older
+        than ``cdcsdk_tablet_not_of_interest_timeout_secs`` (their retention barriers were released:
+        ``CDCSDKConsistentSnapshotTest.TestReleaseResourcesOnUnpolledTablets``). The others are polled
+        now. Tables created after the slot are left out (their own clock is not modelled)."""
+        polled = {
             int(r[0])
             for r in self.db.execute(
-                "SELECT format('%%I.%%I', schemaname, tablename)::regclass::oid::bigint "
-                "FROM pg_catalog.pg_publication_tables WHERE pubname = ANY(%s)",
-                (self.publications,),
+                "SELECT relid::bigint FROM yb_standin.slot_polled WHERE slot_name = %s", (self.slot,)
             ).fetchall()
         }
+        fresh = tables - polled
+        if not fresh:
+            return set()
+        if age_ms <= settings["not_of_interest_ms"]:
+            self.db.execute(
+                "INSERT INTO yb_standin.slot_polled SELECT %s, unnest(%s::oid[]) ON CONFLICT DO NOTHING",
+                (self.slot, sorted(fresh)),
+            )
+            return set()
+        return fresh & set(self.identity)
+
+    def _published_at(self, jseq: int) -> set[int]:
+        """The slot's table list for the journal transaction ``jseq``."""
+        if not self._refreshes:
+            return self.published
+        chosen = self._refreshes[0][1]
+        for from_jseq, tables in self._refreshes:
+            if from_jseq < jseq:
+                chosen = tables
+        return chosen - self.unqualified
+
+    def _maybe_advance_restart(self) -> None:
+        """``cdcsdk_update_restart_time_when_nothing_to_stream``: every
+        ``cdcsdk_update_restart_time_interval_secs`` the restart time moves to the last popped
+        COMMIT / SAFEPOINT when nothing shipped is unacknowledged (``cdcsdk_virtual_wal.cc``
+        ``UpdateRestartTimeIfRequired``: ``if (last_received_restart_lsn == last_seen_lsn_)``).
+        Popped here: the last journaled transaction this session went past (a safepoint stands for
+        the commits of tables the slot does not poll)."""
+        now = time.monotonic()
+        settings = self._settings()
+        if not settings["update_restart_time"]:
+            return
+        due = getattr(self, "_restart_check_at", None)
+        if due is None:
+            self._restart_check_at = now + settings["restart_update_interval_ms"] / 1000
+            return
+        if now < due:
+            return
+        self._restart_check_at = now + settings["restart_update_interval_ms"] / 1000
+        popped = getattr(self, "popped", None)
+        if popped is None or getattr(self, "unacked", None):
+            return
+        self.db.execute(
+            "UPDATE yb_standin.slots SET restart_ht = greatest(coalesce(restart_ht, snapshot_ht), %s), "
+            "restart_jseq = greatest(restart_jseq, %s) WHERE slot_name = %s",
+            (popped[1], popped[0], self.slot),
+        )
 
     def _touch(self) -> None:
         self.db.execute(
@@ -227,6 +399,8 @@ class StreamSession:
     def run(self) -> None:
         self._key_cache: dict[int, tuple[int, ...]] = {}
         self.send(message(b"W", struct.pack("!bh", 0, 0)))
+        if self.refusal is not None:  # after 'W', as YB's (the proxy answers it, then ReadyForQuery)
+            raise self.refusal
         skip_below = max(self.start_lsn, self.confirmed)
         sent_relations: dict[int, bytes] = {}
         self.unacked: list[tuple[int, int, int]] = []  # (commit lsn, jseq, ht) streamed in this session
@@ -254,7 +428,8 @@ class StreamSession:
                         relid = struct.unpack_from("!I", payload, 1)[0]
                         self._key_cache.pop(relid, None)
                         keys[relid] = self._keys(relid)
-                meta, changes = yb_changes([bytes(m) for m in messages], self.identity, self.published, keys)
+                self.popped = (jseq, ht)
+                meta, changes = yb_changes([bytes(m) for m in messages], self.identity, self._published_at(jseq), keys)
                 if not changes:
                     continue
                 xid, begin_lsn, commit = self._assign(jseq, ht, len(changes))
@@ -270,6 +445,8 @@ class StreamSession:
                 next_keepalive = now + 1.0
             if now >= next_touch:
                 self._touch()
+                self._refresh_published()  # a refresh that fell due while idle; unqualified tables fail here
+                self._maybe_advance_restart()
                 next_touch = now + 0.5
             if self._client_input(0.0 if rows else 0.05):
                 return
@@ -375,8 +552,8 @@ class StreamSession:
             return  # YB: "No unacked transaction were found, skipping the persistence"
         last = max(covered)
         self.db.execute(
-            "UPDATE yb_standin.slots SET confirmed_flush = %s, restart_lsn = %s, restart_ht = %s, "
-            "restart_jseq = greatest(restart_jseq, %s) WHERE slot_name = %s",
+            "UPDATE yb_standin.slots SET confirmed_flush = %s, restart_lsn = %s, "
+            "restart_ht = greatest(restart_ht, %s), restart_jseq = greatest(restart_jseq, %s) WHERE slot_name = %s",
             (flush, last[0] + 1, last[2], last[1], self.slot),
         )
         self.unacked = [t for t in self.unacked if t[0] > flush]

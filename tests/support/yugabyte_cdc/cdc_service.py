@@ -16,7 +16,7 @@ from __future__ import annotations
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 from . import records
-from .cluster import Cluster, Fault
+from .cluster import MIN_OP_ID, Cluster, Fault
 from .rpc_server import RpcFailure, parse_body
 from .service_errors import CDC, STATUS, ServiceError, expired, invalid, not_in_stream, stream_not_found, tablet_split
 from .snapshot import SnapshotReader
@@ -67,19 +67,16 @@ class CdcService:
         stream_id = (req.db_stream_id if req.HasField("db_stream_id") else req.stream_id).decode()
         tablet_id = req.tablet_id.decode()
         with self.cluster.lock:
-            stream, state = self._stream_tablet(stream_id, tablet_id, CDC.INVALID_REQUEST)
-            # A split already reported is not refused here: YB erases the parent's entry from its
-            # cache, but CheckTabletValidForStream fills it again from the master's tablet list,
-            # hidden parents included, so the parent serves a request from before its split again
-            # (records up to the split, then TABLET_SPLIT). YB answers TABLET_SPLIT at once only
-            # once the hidden parent is deleted, which the stand-in never does.
+            stream, state = self._changes_row(stream_id, tablet_id)
             tablet = self._serving(server, tablet_id, req.serve_as_proxy, _not_leader)
             if self.cluster.expired(state):
                 raise expired(stream_id, tablet_id)
             state.active_ms = now_ms()
             cp = self._from_checkpoint(req, state, tablet_id)
             if cp.key == SNAPSHOT_DONE_KEY:
+                # UpdateSnapshotDone: the key goes, cdc_sdk_safe_time = the request's snapshot_time
                 state.snapshot_key = None
+                state.safe_time = cp.snapshot_time
                 state.polled = True
                 _set_checkpoint(resp, state.checkpoint[0], state.checkpoint[1], b"", 0, 0)
                 return
@@ -98,6 +95,7 @@ class CdcService:
                 )
         limit = req.max_records or self.cluster.settings.snapshot_batch_size
         rows, more = self.reader.page(snapshot[0], snapshot[1], snapshot[2], (tablet.start, tablet.end), cp.key, limit)
+        rows, more = _cut_by_bytes(rows, more, self.cluster.settings.snapshot_page_bytes)
         with self.cluster.lock:
             self._snapshot_page(req, stream, tablet, state, cp, snapshot[2], rows, more, resp)
 
@@ -116,7 +114,10 @@ class CdcService:
         """The snapshot starts at the stream's consistent snapshot; its op id becomes the
         checkpoint "irrespective of IMPLICIT or EXPLICIT"."""
         if stream.snapshot_name is None:
-            raise ServiceError(CDC.INTERNAL_ERROR, STATUS.ILLEGAL_STATE, "the stream has no consistent snapshot")
+            # guess: the stand-in cannot take a per-tablet snapshot at the bootstrap's time
+            raise ServiceError(
+                CDC.INTERNAL_ERROR, STATUS.INVALID_ARGUMENT, f"stream {stream.stream_id} has no consistent snapshot"
+            )
         state.checkpoint = state.start
         state.snapshot_key = b""
         state.safe_time = stream.snapshot_ht
@@ -147,15 +148,68 @@ class CdcService:
         elif stream.checkpoint_type == "IMPLICIT":
             state.snapshot_key = cp.key
 
+    def _changes_row(self, stream_id: str, tablet_id: str) -> tuple[Stream, TabletState]:
+        """``CheckTabletValidForStream`` for ``GetChanges``. A tablet without a ``cdc_state`` row of
+        the stream (a split parent whose row was deleted) is a split when a tablet of the stream's
+        tables, hidden ones included, names it as its split parent: ``TabletSplit`` "Tablet Split
+        detected on $0 : $1" (``$1``: the InvalidArgument status), answered as ``TABLET_SPLIT``;
+        otherwise INVALID_REQUEST "Tablet ID … is not part of stream ID …" (``cdc_service.cc``,
+        ``CheckTabletValidForStream``; ``GetChanges`` maps ``IsTabletSplit() ? TABLET_SPLIT :
+        INVALID_REQUEST``)."""
+        stream = self.cluster.streams.get(stream_id)
+        if stream is None:
+            raise stream_not_found(stream_id, CDC.INVALID_REQUEST)
+        state = stream.states.get(tablet_id)
+        if state is not None:
+            return stream, state
+        refusal = not_in_stream(tablet_id, stream_id)
+        if self.cluster.split_parent_named(stream.table_ids, tablet_id) is not None:
+            # guess: the status's text form ("Invalid argument: …") without its file:line
+            text = f"Tablet Split detected on {tablet_id} : Invalid argument: {refusal.message}"
+            raise ServiceError(CDC.TABLET_SPLIT, STATUS.TABLET_SPLIT, text)
+        raise refusal
+
+    def _split_path(self, req, stream: Stream, tablet: Tablet, state: TabletState, cp, resume) -> int | None:
+        """A split parent's answer, as ``GetChangesForCDCSDK`` gives it. Returns None to serve as
+        usual, or the last op index to serve (a resumed transaction), or raises TABLET_SPLIT.
+
+        - A resumed mid-transaction request (key set, write id not 0) takes the partial-transaction
+          branch, which has no split check: the rest of that op is served.
+        - Once the split is applied (``TABLET_DATA_SPLIT_COMPLETED``) the streaming branch answers
+          ``TabletSplit`` "Tablet split detected on $0" at once, "moving to children tablets
+          immediately" (``cdcsdk_producer.cc`` @00010c2f, @f2caf408): records after the request's
+          checkpoint are served by the children, from their copied logs. With the setting
+          ``split_racing_apply`` the parent still serves up to its split op first (YB's read loop
+          reaching the SPLIT_OP before the parent's state is SPLIT_COMPLETED).
+        - Before answering, the request's checkpoint is stored as for any ``GetChanges``
+          (``UpdateChildrenTabletsOnSplitOpForCDCSDK`` resets the status to OK, then the usual
+          update: EXPLICIT ``explicit_cdc_sdk_checkpoint``, IMPLICIT ``from_op_id``;
+          ``cdc_service.cc`` ``GetChanges``)."""
+        if tablet.split_index is None:
+            return None
+        if resume is not None:
+            return cp.index
+        if self.cluster.settings.split_racing_apply and cp.index < tablet.split_index:
+            return None
+        self._store_polled(req, stream, state, cp)
+        state.split_reported = True  # the children's cdc_state rows take over
+        state.polled = True
+        # guess: YB's text here is "Tablet split detected on $0" (lower-case "split"); the stand-in
+        # keeps the text GetChanges' caller-visible TABLET_SPLIT had (cdc_service.cc @c.73,612).
+        raise tablet_split(tablet.tablet_id)
+
+    @staticmethod
+    def _store_polled(req, stream: Stream, state: TabletState, cp) -> None:
+        """The checkpoint a ``GetChanges`` stores: EXPLICIT the explicit one sent, IMPLICIT its from."""
+        explicit = _explicit(req, stream)
+        if explicit is not None:
+            state.checkpoint = (explicit.term, explicit.index)
+        elif stream.checkpoint_type == "IMPLICIT" and cp.index > 0:
+            state.checkpoint = (cp.term, cp.index)  # "In IMPLICIT mode the from_op_id itself will be the checkpoint"
+
     def _stream(self, req, stream: Stream, tablet: Tablet, state: TabletState, cp, resp) -> None:
         resume = cp.write_id if cp.key else None
-        consumed_split = tablet.split_index is not None and (
-            cp.index > tablet.split_index or (cp.index == tablet.split_index and resume is None)
-        )
-        if consumed_split:
-            state.split_reported = True  # the children's cdc_state rows take over
-            state.polled = True
-            raise tablet_split(tablet.tablet_id)
+        last_op = self._split_path(req, stream, tablet, state, cp, resume)
         needed = cp.index if resume is not None else cp.index + 1
         if needed <= tablet.collected_through:
             raise ServiceError(
@@ -171,6 +225,9 @@ class CdcService:
         position = (cp.term, cp.index, cp.key, cp.write_id if resume is not None else 0)
         count, next_ht = 0, None
         for op in tablet.ops[tablet.position(needed) :]:
+            if last_op is not None and op.index > last_op:
+                next_ht = op.ht
+                break
             if op.kind == "split":
                 # YB: the safe time of a response that reaches the split op is that op's hybrid
                 # time (the last WAL message read, have_more_messages), not the cluster's: the
@@ -198,10 +255,17 @@ class CdcService:
         _set_checkpoint(resp, *position, 0)
         safe = self.cluster.safe_ht if next_ht is None else next_ht - 1
         resp.safe_hybrid_time = max(safe, req.safe_hybrid_time)
+        # A SAFEPOINT record ends the response unless it stops inside a transaction (YB's
+        # pending_intents); then every record gets the request's checkpoint as from_op_id.
+        if self.cluster.settings.safepoint_records and not position[2]:
+            resp.cdc_sdk_proto_records.append(records.safepoint_record(tablet, resp.safe_hybrid_time))
+        records.stamp_from_op_id(resp.cdc_sdk_proto_records, cp.term, cp.index, max(cp.write_id, 0), cp.key)
         state.polled = True
         state.safe_time = resp.safe_hybrid_time
         state.last_sent = position
         explicit = _explicit(req, stream)
+        if tablet.parent is not None and explicit is not None:
+            self.cluster.replicated(stream, tablet.tablet_id)
         if explicit is not None:
             state.checkpoint = (explicit.term, explicit.index)
         elif stream.checkpoint_type == "IMPLICIT" and cp.index > 0:
@@ -217,7 +281,7 @@ class CdcService:
         tablet_id = req.tablet_id.decode()
         with self.cluster.lock:
             _stream, state = self._stream_tablet(req.stream_id.decode(), tablet_id, CDC.INTERNAL_ERROR)
-            self._serving(server, tablet_id, req.serve_as_proxy, self._leader_changed)
+            self._serving(server, tablet_id, req.serve_as_proxy, _not_ready)
             resp.checkpoint.op_id.term, resp.checkpoint.op_id.index = state.checkpoint
             if state.snapshot_key is not None:
                 resp.snapshot_key = state.snapshot_key
@@ -242,12 +306,18 @@ class CdcService:
             state = stream.states.get(tablet_id)
             if state is None:
                 raise not_in_stream(tablet_id, stream_id)
-            if self.cluster.expired(state):
-                raise expired(stream_id, tablet_id)
+            # No CheckStreamActive here (YB's SetCDCCheckpoint has none): it sets active_time, so
+            # it starts a stream created without a consistent snapshot and revives an expired
+            # one, whose log may already be gone (CHECKPOINT_TOO_OLD from the old checkpoint).
             state.checkpoint = tablet.last_op_id() if req.bootstrap else op_id
             if req.HasField("cdc_sdk_safe_time") and not req.bootstrap:
                 state.safe_time = req.cdc_sdk_safe_time
+            if not req.bootstrap:
+                # UpdateCheckpointAndActiveTime(..., is_snapshot = !bootstrap) writes the row's
+                # snapshot_key "": the row reads as "snapshot in progress" afterwards.
+                state.snapshot_key = b""
             state.active_ms = now_ms()
+            state.expired = False
             state.polled = True
         self.cluster.collect_garbage()
 
@@ -271,8 +341,10 @@ class CdcService:
                 for tablet in tablets:
                     own = stream.states.get(tablet.tablet_id)
                     if tablet.parent == req.tablet_id.decode() and own is not None:
+                        # the child's own checkpoint if valid, else the parent's row, else 0.0
+                        # ("Did not find any row …": GetLastCheckpointFromCdcState)
                         valid = own.checkpoint[0] > 0 and own.checkpoint[1] > 0
-                        chosen = own if valid or parent is None else parent
+                        chosen = own if valid else parent or TabletState(start=MIN_OP_ID, checkpoint=MIN_OP_ID)
                         self._pair(resp, tablet, chosen)
                 return
             for tablet in tablets:
@@ -350,13 +422,6 @@ class CdcService:
             raise ServiceError(CDC.TABLET_NOT_FOUND, STATUS.NOT_FOUND, f"Tablet {tablet_id} not found")
         raise refusal(tablet, self.cluster, server)
 
-    @staticmethod
-    def _leader_changed(tablet: Tablet, cluster: Cluster, server: int) -> ServiceError:
-        leader, peer = cluster.tservers[tablet.leader].uuid, cluster.tservers[server].uuid
-        return ServiceError(
-            CDC.NOT_LEADER, STATUS.ILLEGAL_STATE, f"Tablet leader changed: leader={leader}, peer={peer}"
-        )
-
 
 def _not_leader(tablet: Tablet, cluster: Cluster, server: int) -> ServiceError:
     return ServiceError(CDC.TABLET_NOT_FOUND, STATUS.NOT_FOUND, f"Not leader for {tablet.tablet_id} NOT_LEADER")
@@ -364,6 +429,20 @@ def _not_leader(tablet: Tablet, cluster: Cluster, server: int) -> ServiceError:
 
 def _not_ready(tablet: Tablet, cluster: Cluster, server: int) -> ServiceError:
     return ServiceError(CDC.LEADER_NOT_READY, STATUS.LEADER_NOT_READY_TO_SERVE, "Not ready to serve")
+
+
+def _cut_by_bytes(rows: list, more: bool, budget: int) -> tuple[list, bool]:
+    """A snapshot page cut once its rows pass ``budget`` bytes (newer YB's
+    ``cdc_snapshot_records_threshold_size_bytes``; at least one row a page). The size is the
+    rows' text, an approximation of the records' encoded size. 0: pages are cut by rows only."""
+    if budget <= 0:
+        return rows, more
+    size = 0
+    for count, (row, key) in enumerate(rows, start=1):
+        size += len(key) + sum(len(v) for v in row.values() if v is not None)
+        if size >= budget and count < len(rows):
+            return rows[:count], True
+    return rows, more
 
 
 def _raise(fault: Fault) -> None:

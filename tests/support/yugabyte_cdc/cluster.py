@@ -16,6 +16,9 @@ from .schema import Table, TableSchema
 from .streams import Stream, TabletState, now_ms
 from .tablets import RowChange, Tablet
 
+#: OpId::Min(): the checkpoint YB gives a split's children in cdc_state.
+MIN_OP_ID = (0, 0)
+
 
 @dataclass
 class Settings:
@@ -25,8 +28,14 @@ class Settings:
     replication_factor: int = 3  # capped by the number of tablet servers
     retention_ms: int = 8 * 3600 * 1000  # cdc_intent_retention_ms
     snapshot_batch_size: int = 250  # cdc_snapshot_batch_size
+    snapshot_page_bytes: int = 0  # cdc_snapshot_records_threshold_size_bytes (newer YB, 4 MB); 0: rows only
     changes_page_size: int = 500  # records per GetChanges response (YB limits by bytes and intents)
     proxy_to_leader: bool = False  # honour serve_as_proxy (YB's default); off: non-leaders refuse
+    safepoint_records: bool = True  # cdc_populate_safepoint_record (true in current YB, false in older)
+    # A split parent serves its records up to the split op before TABLET_SPLIT, as YB's read loop
+    # does while the parent is not yet TABLET_DATA_SPLIT_COMPLETED (racing the apply). Off (YB once
+    # the split is applied): TABLET_SPLIT at once. See docs/yugabytedb-cdc-standin.md, Splits.
+    split_racing_apply: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,13 +69,15 @@ class Cluster:
     masters: list[Server] = field(default_factory=list)
     tservers: list[Server] = field(default_factory=list)
     master_leader: int = 0
-    tables: dict[int, Table] = field(default_factory=dict)
+    tables: dict[int, Table] = field(default_factory=dict)  # relid -> its DocDB table now
+    retired: list[Table] = field(default_factory=list)  # DocDB tables replaced by a table rewrite
     tablets: dict[str, Tablet] = field(default_factory=dict)
     table_tablets: dict[str, list[str]] = field(default_factory=dict)  # table id -> all its tablets
     streams: dict[str, Stream] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     safe_ht: int = 0  # every op with a hybrid time <= this is in the logs
     heartbeat_seen: int = 0
+    replicated_rows: set[tuple[str, str]] = field(default_factory=set)  # (stream, split child) polled explicitly
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
@@ -75,16 +86,25 @@ class Cluster:
 
     # -- tables and tablets -------------------------------------------------------------------
 
-    def register_table(self, relid: int, schema_name: str, name: str, schema: TableSchema) -> Table:
-        """A table gets its tablets the first time the stand-in sees it."""
+    def register_table(
+        self, relid: int, schema_name: str, name: str, schema: TableSchema, relfilenode: int | None = None
+    ) -> Table:
+        """A table gets its tablets the first time the stand-in sees it, and new ones when its
+        relfilenode changed (a table rewrite: YB creates a new DocDB table with a new id; the old
+        one keeps its tablets and history, and no stream gains the new one)."""
         with self.lock:
-            if relid in self.tables:
-                return self.tables[relid]
-            table = Table(relid, ids.table_id(self.database_oid, relid), schema_name, name, [schema])
+            current = self.tables.get(relid)
+            node = relfilenode or (current.relfilenode if current is not None else relid)
+            table_id = ids.table_id(self.database_oid, node)
+            if current is not None and current.table_id == table_id:
+                return current
+            if current is not None:
+                self.retired.append(current)
+            table = Table(relid, table_id, schema_name, name, [schema], relfilenode=node)
             count = self.settings.tablets_per_table
             table.num_tablets = count
             for number, (start, end) in enumerate(ids.hash_ranges(count)):
-                tablet_id = ids.stable_id(self.namespace_id, relid, start, end)
+                tablet_id = ids.stable_id(self.namespace_id, node, start, end)
                 replicas = self._replicas(relid + number)
                 tablet = Tablet(tablet_id, table, start, end, replicas, replicas[0], term=1, last_index=0)
                 tablet.append("noop", self.safe_ht, schema)  # the first leader's NO_OP
@@ -94,7 +114,7 @@ class Cluster:
             return table
 
     def table_by_id(self, table_id: str) -> Table | None:
-        return next((t for t in self.tables.values() if t.table_id == table_id), None)
+        return next((t for t in [*self.tables.values(), *self.retired] if t.table_id == table_id), None)
 
     def tablets_of(self, table: Table, *, include_inactive: bool = False) -> list[Tablet]:
         tablets = [self.tablets[t] for t in self.table_tablets.get(table.table_id, [])]
@@ -148,11 +168,13 @@ class Cluster:
                     continue
                 for tablet in self.tablets_of(table):
                     start = tablet.op_id_at_or_before(stream.snapshot_ht)
-                    stream.states[tablet.tablet_id] = TabletState(start=start)
+                    stream.states[tablet.tablet_id] = stream.initial_state(start)
             self.streams[stream.stream_id] = stream
 
     def expired(self, state: TabletState) -> bool:
-        """Not polled within cdc_intent_retention_ms; sticky (its retention was let go)."""
+        """CheckStreamActive: no GetChanges or SetCDCCheckpoint within cdc_intent_retention_ms, or
+        active_time never set (0: a stream without a consistent snapshot, before SetCDCCheckpoint).
+        Sticky until SetCDCCheckpoint sets active_time again: its retention was let go meanwhile."""
         if not state.expired and now_ms() - state.active_ms > self.settings.retention_ms:
             state.expired = True
         return state.expired
@@ -191,7 +213,13 @@ class Cluster:
             return to
 
     def split(self, tablet_id: str) -> tuple[str, str]:
-        """Splits a tablet at the middle of its hash range, after its last op."""
+        """Splits a tablet at the middle of its hash range, after its last op, as YB applies a
+        split: a SPLIT_OP ends the parent's log; each child's log starts with a copy of the parent's
+        retained log up to and including it (``Log::CopyTo``, :meth:`Tablet.copy_log`); each stream
+        reading the parent gets a ``cdc_state`` row per child at ``OpId::Min()`` = 0.0 ("Both
+        children should have the min OpId(0.0) as the checkpoint",
+        ``cdcsdk_tablet_split-test.cc`` ``TestCDCStateTableAfterTabletSplit``), holding the
+        parent's retention (``TestCheckpointPersistencyAfterTabletSplit``)."""
         with self.lock:
             parent = self.tablets[tablet_id]
             if not parent.active:
@@ -200,7 +228,7 @@ class Cluster:
                 raise ValueError(f"tablet {tablet_id} cannot be split further")
             middle = (parent.start + parent.end) // 2
             parent.split_index = parent.last_index
-            split_op = parent.append("split", self.safe_ht, parent.table.schema)
+            parent.append("split", self.safe_ht, parent.table.schema)
             children = []
             for number, (start, end) in enumerate(((parent.start, middle), (middle, parent.end))):
                 child_id = ids.stable_id(parent.tablet_id, "split", start, end)
@@ -213,21 +241,48 @@ class Cluster:
                     replicas,
                     replicas[0],
                     term=parent.term,
-                    last_index=split_op.index,
+                    last_index=0,
                     parent=parent.tablet_id,
                     depth=parent.depth + 1,
                 )
-                child.dropped_through = (split_op.term, split_op.index)
+                child.copy_log(parent)
                 self.tablets[child_id] = child
                 self.table_tablets[parent.table.table_id].append(child_id)
                 children.append(child_id)
             parent.children = (children[0], children[1])
             parent.table.num_tablets += 1
             for stream in self.streams.values():
-                if tablet_id in stream.states:
+                state = stream.states.get(tablet_id)
+                if state is not None:
+                    held = state.checkpoint if state.checkpoint[1] > 0 else state.start
                     for child_id in children:
-                        stream.states[child_id] = TabletState(start=(split_op.term, split_op.index))
+                        stream.states[child_id] = TabletState(start=held, checkpoint=MIN_OP_ID)
             return parent.children
+
+    def split_parent_named(self, table_ids: list[str], tablet_id: str) -> str | None:
+        """A tablet of the tables (hidden ones included) whose split parent is ``tablet_id``
+        (``CDCServiceImpl::CheckTabletValidForStream``'s look-up), or None."""
+        with self.lock:
+            for table_id in table_ids:
+                for child_id in self.table_tablets.get(table_id, []):
+                    if self.tablets[child_id].parent == tablet_id:
+                        return child_id
+            return None
+
+    def replicated(self, stream: Stream, child_id: str) -> None:
+        """A child polled with an explicit checkpoint (YB sets the row's ``last_replication_time``;
+        an EXPLICIT stream's poll without one updates nothing, ``UpdateCheckpointRequired``). Once
+        both children are, the parent's ``cdc_state`` row is deleted (EXPLICIT streams:
+        ``cdcsdk_tablet_split-test.cc`` ``TestCDCStateTableAfterTabletSplitReported``; the master's
+        clean-up itself was not read)."""
+        with self.lock:
+            self.replicated_rows.add((stream.stream_id, child_id))
+            parent_id = self.tablets[child_id].parent
+            parent = self.tablets.get(parent_id) if parent_id else None
+            if parent is None or not parent.children or parent_id not in stream.states:
+                return
+            if all((stream.stream_id, c) in self.replicated_rows for c in parent.children):
+                del stream.states[parent_id]
 
     def fault_for(self, method: str, tablet_id: str | None, server: int) -> Fault | None:
         with self.lock:

@@ -31,7 +31,7 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 from .cluster import Cluster
-from .schema import Table, TableSchema, capturable_tables, read_table, version_from_relation
+from .schema import Table, TableSchema, capturable_tables, read_table, relfilenodes, version_from_relation
 from .tablets import RowChange, row_key
 
 log = logging.getLogger(__name__)
@@ -135,10 +135,13 @@ class Distributor:
         schema versions of those whose columns differ from the last version seen."""
         tables: dict[int, Table] = {}
         new_schemas: dict[int, TableSchema] = {}
+        nodes = relfilenodes(conn, list(relations))
         for oid, relation in relations.items():
             signature = [(c.name, c.type_oid) for c in relation.columns]
             with self.cluster.lock:
                 table = self.cluster.tables.get(oid)
+            if table is not None and nodes.get(oid, table.relfilenode) != table.relfilenode:
+                table = None  # rewritten since: its rows now go to a new DocDB table
             if table is None:
                 if (oid, tuple(signature)) in self._not_capturable:
                     continue
@@ -149,7 +152,7 @@ class Distributor:
                 first = version_from_relation(found[2], signature, 0, 0)
                 if first is None:
                     continue
-                table = self.cluster.register_table(oid, found[0], found[1], first)
+                table = self.cluster.register_table(oid, found[0], found[1], first, nodes.get(oid))
             elif tuple(signature) != table.schema.signature():
                 found = read_table(conn, oid)
                 version = version_from_relation(found[2], signature, table.schema.version + 1, ht) if found else None
@@ -164,11 +167,12 @@ class Distributor:
     def _register_new_tables(self, conn) -> None:
         with self.cluster.lock:
             known = set(self.cluster.tables)
-        for relid in capturable_tables(conn):
-            if relid not in known:
-                found = read_table(conn, relid)
-                if found is not None:
-                    self.cluster.register_table(relid, *found)
+        fresh = [relid for relid in capturable_tables(conn) if relid not in known]
+        nodes = relfilenodes(conn, fresh)
+        for relid in fresh:
+            found = read_table(conn, relid)
+            if found is not None:
+                self.cluster.register_table(relid, *found, nodes.get(relid))
 
     def _hash(self, conn, values: set[str]) -> None:
         """yb_hash_code of the hash column's text, computed by PostgreSQL itself."""

@@ -81,6 +81,27 @@ def read_record(
     return record
 
 
+def safepoint_record(tablet: Tablet, safe_time: int) -> pb.CDCSDKProtoRecordPB:
+    """The record ending a streaming response (cdcsdk_producer.cc PopulateCDCSDKSafepointOpRecord):
+    op SAFEPOINT, the response's safe time as commit_time, the table's name and schema; no op id."""
+    record = pb.CDCSDKProtoRecordPB()
+    message = record.row_message
+    message.op = pb.RowMessage.SAFEPOINT
+    message.pgschema_name = tablet.table.schema_name
+    message.commit_time = safe_time
+    message.table = tablet.table.name
+    return record
+
+
+def stamp_from_op_id(records, term: int, index: int, write_id: int, key: bytes) -> None:
+    """Every record of a streaming response carries the request's from checkpoint as
+    ``from_op_id`` (cdcsdk_producer.cc, the end of GetChangesForCDCSDK)."""
+    for record in records:
+        from_op_id = record.from_op_id
+        from_op_id.term, from_op_id.index = term, index
+        from_op_id.write_id, from_op_id.write_id_key = write_id, key
+
+
 def _record(term: int, index: int, write_id: int) -> pb.CDCSDKProtoRecordPB:
     record = pb.CDCSDKProtoRecordPB()
     record.cdc_sdk_op_id.term = term

@@ -13,8 +13,9 @@ import psycopg
 
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
-# PG type oid -> YB's PersistentDataType for CDCSDKColumnInfoPB.type (unverified beyond the
-# obvious ones; clients should use the column's `oid`, which is the real PostgreSQL type oid).
+# Stored type oid -> YB's PersistentDataType for CDCSDKColumnInfoPB.type (unverified beyond the
+# obvious ones). CDCSDKColumnInfoPB.oid is the column's *stored* oid (`stored_oid`), as YB's
+# `SetColumnInfo` sets it: `column_info->set_oid(column.pg_type_oid())`.
 _QL_TYPES = {
     16: pb.BOOL,
     17: pb.BINARY,
@@ -34,6 +35,36 @@ _QL_TYPES = {
     1700: pb.DECIMAL,
 }
 
+_RECORD, _ANYENUM, _ANYRANGE = 2249, 3500, 3831
+_FIRST_NORMAL_OID = 16384  # built-in types: all in YB's type table (yb_type.c YbTypeEntityTable)
+
+
+def stored_oid(conn: psycopg.Connection, type_oid: int) -> int:
+    """The type oid DocDB stores for a column of ``type_oid`` (the DocDB column's ``pg_type_oid``).
+
+    ``CreateTableAddColumn`` (ybccmds.c) passes ``YbDataTypeFromOidMod(attnum, atttypid)``, and
+    ``PgCreateTable::AddColumn`` stores its ``attr_type->type_oid``. ``YbDataTypeFromOidMod``
+    (yb_type.c): a type in the type table keeps its oid; else a base type gets an untyped entity
+    (``YBCVarLenByRefTypeEntity``, ``type_oid = InvalidOid``), and ``YbGetPrimitiveTypeOid`` maps
+    a composite to RECORDOID, a domain to its base type (again through the table), an enum to
+    ANYENUMOID, a range to ANYRANGEOID."""
+    while True:
+        row = conn.execute(
+            "SELECT typtype, typbasetype::int FROM pg_catalog.pg_type WHERE oid = %s", (type_oid,)
+        ).fetchone()
+        if row is None:
+            return 0
+        typtype, basetype = row
+        if typtype == "d":
+            type_oid = basetype
+            continue
+        if typtype == "c":
+            return _RECORD  # built-in row types are not in the type table either
+        if type_oid < _FIRST_NORMAL_OID:
+            return type_oid
+        return {"e": _ANYENUM, "r": _ANYRANGE}.get(typtype, 0)
+
+
 #: Schemas whose tables never get tablets (the emulations' own state).
 INTERNAL_SCHEMAS = ("pg_catalog", "information_schema", "yb_standin", "yb_cdc_standin")
 
@@ -46,6 +77,15 @@ class Column:
     is_key: bool
     is_hash_key: bool
     nullable: bool
+    # DocDB's stored type oid (`stored_oid`); None: not read (a column only a Relation message
+    # named), taken as its own oid when built-in, else untyped (a guess)
+    yb_oid: int | None = None
+
+    @property
+    def stored_oid(self) -> int:
+        if self.yb_oid is not None:
+            return self.yb_oid
+        return self.type_oid if self.type_oid < _FIRST_NORMAL_OID else 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +114,7 @@ class Table:
     name: str
     versions: list[TableSchema] = field(default_factory=list)
     num_tablets: int = 0  # active (not split) tablets
+    relfilenode: int = 0  # what its DocDB table id is built from
 
     @property
     def schema(self) -> TableSchema:
@@ -108,7 +149,7 @@ def read_table(conn: psycopg.Connection, relid: int, version: int = 0, since_ht:
         return None  # YB's CDC refuses tables without a primary key
     key_names = [k[0] for k in keys]
     columns = tuple(
-        Column(name, type_oid, type_name, name in key_names, name == key_names[0], nullable)
+        Column(name, type_oid, type_name, name in key_names, name == key_names[0], nullable, stored_oid(conn, type_oid))
         for name, type_oid, type_name, nullable in conn.execute(
             "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), NOT attnotnull "
             "FROM pg_catalog.pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
@@ -117,6 +158,16 @@ def read_table(conn: psycopg.Connection, relid: int, version: int = 0, since_ht:
         ).fetchall()
     )
     return row[0], row[1], TableSchema(version, columns, since_ht)
+
+
+def relfilenodes(conn: psycopg.Connection, relids: list[int]) -> dict[int, int]:
+    """Each table's relfilenode: YB's DocDB table id is built from it, not from the oid
+    (pg_yb_utils.h YbGetRelfileNodeId: "In YB, the relfilenode OID maps to the relation's DocDB
+    table ID"), so a table rewrite (ALTER COLUMN TYPE, ADD PRIMARY KEY, TRUNCATE...) makes a new one."""
+    rows = conn.execute(
+        "SELECT oid::int, relfilenode::int FROM pg_catalog.pg_class WHERE oid = ANY(%s)", (relids,)
+    ).fetchall()
+    return {relid: node or relid for relid, node in rows}
 
 
 def capturable_tables(conn: psycopg.Connection) -> list[int]:
@@ -160,9 +211,9 @@ def schema_pb(schema: TableSchema, num_tablets: int) -> pb.CDCSDKSchemaPB:
             is_key=column.is_key,
             is_hash_key=column.is_hash_key,
             is_nullable=column.nullable,
-            oid=column.type_oid,
+            oid=column.stored_oid,
         )
-        info.type.main = _QL_TYPES.get(column.type_oid, pb.BINARY)
+        info.type.main = _QL_TYPES.get(column.stored_oid, pb.BINARY)
     message.tab_info.default_time_to_live = 0
     message.tab_info.num_tablets = num_tablets
     message.tab_info.is_ysql_catalog_table = False

@@ -33,7 +33,7 @@ from .cluster import Cluster, Fault, Server, Settings
 from .distributor import HEARTBEAT_TABLE, Distributor
 from .master_service import MasterService
 from .rpc_server import RpcFailure, RpcServer
-from .schema import INTERNAL_SCHEMAS, capturable_tables, read_table
+from .schema import INTERNAL_SCHEMAS, capturable_tables, read_table, relfilenodes
 from .snapshot import HeldSnapshot, SnapshotReader
 from .streams import RECORD_TYPES, Stream
 
@@ -170,13 +170,32 @@ class CdcStandInService:
         checkpoint_type: str = "EXPLICIT",
         tables: list[str] | None = None,
         database: str | None = None,
+        consistent_snapshot: bool = True,
     ) -> str:
-        """``yb-admin create_change_data_stream ysql.<db> <checkpoint_type> <record_type>`` with a
-        consistent snapshot: the tables with a primary key now (or the named ones)."""
+        """``yb-admin create_change_data_stream ysql.<db> <checkpoint_type> <record_type>
+        [USE_SNAPSHOT]``: the tables with a primary key now (or the named ones). Without a
+        consistent snapshot the master's rows are -1.-1 with no active time (streams.py)."""
         stream_id = uuid.uuid4().hex
         if database is not None and database != self.database:
             return self._foreign_stream(stream_id, database, record_type, checkpoint_type)
         table_ids = [self._register(relid).table_id for relid in self._relids(self._admin, tables)]
+        if not consistent_snapshot:
+            created_ht = self.wait_caught_up()
+            kind = RECORD_TYPES[record_type]
+            stream = Stream(
+                stream_id,
+                self.cluster.namespace_id,
+                self.database,
+                table_ids,
+                kind,
+                checkpoint_type,
+                created_ht,
+                None,
+                created_ht,
+                consistent_snapshot=False,
+            )
+            self.cluster.add_stream(stream)
+            return stream_id
         snapshot = HeldSnapshot(real_conninfo(self.pg, self.database, replication=True))
         self._snapshots.append(snapshot)
         self.wait_caught_up()  # the heartbeat commits after the consistent point
@@ -201,7 +220,9 @@ class CdcStandInService:
         """A stream of another database: its namespace and table ids, no tablets served here."""
         with psycopg.connect(real_conninfo(self.pg, database), autocommit=True) as conn:
             oid = conn.execute("SELECT oid::int FROM pg_database WHERE datname = current_database()").fetchone()[0]
-            table_ids = [ids.table_id(oid, relid) for relid in self._relids(conn, None)]
+            relids = self._relids(conn, None)
+            nodes = relfilenodes(conn, relids)
+            table_ids = [ids.table_id(oid, nodes.get(relid, relid)) for relid in relids]
         kind = RECORD_TYPES[record_type]
         stream = Stream(stream_id, ids.namespace_id(oid), database, table_ids, kind, checkpoint_type, 0, None, 0)
         self.cluster.add_stream(stream)
@@ -213,13 +234,15 @@ class CdcStandInService:
         return capturable_tables(conn)
 
     def _register(self, relid: int):
+        node = relfilenodes(self._admin, [relid]).get(relid)
         with self.cluster.lock:
-            if relid in self.cluster.tables:
-                return self.cluster.tables[relid]
+            current = self.cluster.tables.get(relid)
+            if current is not None and node in (None, current.relfilenode):
+                return current
         found = read_table(self._admin, relid)
         if found is None:
             raise ValueError(f"table {relid} has no primary key: YugabyteDB's CDC cannot stream it")
-        return self.cluster.register_table(relid, *found)
+        return self.cluster.register_table(relid, *found, node)
 
     def tablets(self, table: str) -> list[dict]:
         relid = self._admin.execute("SELECT %s::regclass::oid::int", (table,)).fetchone()[0]
@@ -313,6 +336,8 @@ class CdcStandInService:
                 "start": list(state.start),
                 "checkpoint": list(state.checkpoint),
                 "snapshot_key": state.snapshot_key.hex() if state.snapshot_key is not None else None,
+                "safe_time": state.safe_time,
+                "active_ms": state.active_ms,
                 "polled": state.polled,
                 "expired": self.cluster.expired(state),
                 "split_reported": state.split_reported,

@@ -39,9 +39,10 @@ def not_in_stream(tablet_id: str, stream_id: str) -> ServiceError:
 
 
 def expired(stream_id: str, tablet_id: str) -> ServiceError:
-    # CheckStreamActive: STATUS_FORMAT(InternalError, "stream ID $0 is expired for Tablet ID $1", ...)
+    # CheckStreamActive (cdc_service.cc @ 4c48938b): STATUS_FORMAT(InternalError, "Stream ID $0 is
+    # expired for Tablet ID $1", ...); older releases wrote "stream ID" (lower case).
     return ServiceError(
-        CDC.INTERNAL_ERROR, STATUS.INTERNAL_ERROR, f"stream ID {stream_id} is expired for Tablet ID {tablet_id}"
+        CDC.INTERNAL_ERROR, STATUS.INTERNAL_ERROR, f"Stream ID {stream_id} is expired for Tablet ID {tablet_id}"
     )
 
 

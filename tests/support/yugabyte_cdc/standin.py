@@ -144,11 +144,18 @@ class YugabyteCdcStandIn:
         checkpoint_type: str = "EXPLICIT",
         tables: list[str] | None = None,
         database: str | None = None,
+        consistent_snapshot: bool = True,
     ) -> str:
-        """A DB stream id (with its consistent snapshot taken now); ``database`` names another
-        database of the cluster for a stream this stand-in knows but does not serve."""
+        """A DB stream id (with its consistent snapshot taken now, unless ``consistent_snapshot``
+        is False: then every tablet is -1.-1 and "expired" until SetCDCCheckpoint); ``database``
+        names another database of the cluster for a stream this stand-in knows but does not serve."""
         return self._control(
-            "create_stream", record_type=record_type, checkpoint_type=checkpoint_type, tables=tables, database=database
+            "create_stream",
+            record_type=record_type,
+            checkpoint_type=checkpoint_type,
+            tables=tables,
+            database=database,
+            consistent_snapshot=consistent_snapshot,
         )
 
     def tablets(self, table: str) -> list[dict]:

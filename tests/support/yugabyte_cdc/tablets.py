@@ -7,7 +7,17 @@ comes first, as in Raft). Op kinds:
 * ``txn``: one committed transaction's rows on this tablet (BEGIN, rows, COMMIT records);
 * ``ddl``: the table's columns changed (one DDL record);
 * ``noop``: a leader's first op (no records);
-* ``split``: the parent's last op; the children's logs continue after its index.
+* ``split``: the parent's last op (YB's SPLIT_OP);
+* ``parent_split``: the parent's split op as copied into a child's log (skipped when read).
+
+A child's log starts with a copy of its parent's retained log up to and including the split op
+(``TSTabletManager::ApplyTabletSplit`` calls ``raft_log->CopyTo(dest_wal_dir, split_op_id)``;
+``Log::CopyTo`` "Copy part of the segment up to and including max_included_op_id"), so a child
+read from a checkpoint before the split serves the parent's changes of its own key range again
+(YB's tests count every row once across splits read late: ``cdcsdk_tablet_split-test.cc``
+``TestRecordCountsAfterMultipleTabletSplits``). How YB limits a copied op to the child's range was
+not located: the stand-in keeps the rows whose hash the child covers (a **guess** at the mechanism,
+not at the outcome), and a copied transaction with none left is an op without records.
 
 Ops before the retention barrier are dropped (``collect``); reading from before what is left
 is ``CHECKPOINT_TOO_OLD``.
@@ -16,7 +26,7 @@ is ``CHECKPOINT_TOO_OLD``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .schema import Table, TableSchema
 
@@ -64,7 +74,8 @@ class Tablet:
     last_index: int
     parent: str | None = None
     children: tuple[str, str] | None = None
-    split_index: int | None = None  # the last op before the split (the parent answers TABLET_SPLIT after it)
+    split_index: int | None = None  # the last op before the split op (the parent's)
+    copied_through: int = 0  # a child: the parent's split op, the last op copied from the parent's log
     depth: int = 0
     ops: list[Op] = field(default_factory=list)
     dropped_through: tuple[int, int] = (0, 0)  # op id before the first op left (collected, or the split op)
@@ -124,3 +135,22 @@ class Tablet:
             gone = self.ops.pop(0)
             self.dropped_through = (gone.term, gone.index)
             self.collected_through = gone.index
+
+    def copy_log(self, parent: Tablet) -> None:
+        """A child's log: the parent's retained ops up to and including its split op (``Log::CopyTo``),
+        each limited to this child's hash range; the child's own ops follow."""
+        assert parent.ops and parent.ops[-1].kind == "split", "the parent's last op is its split op"
+        self.ops = [_copied(op, self) for op in parent.ops]
+        self.last_index = parent.ops[-1].index
+        self.copied_through = self.last_index
+        self.dropped_through = parent.dropped_through
+        self.collected_through = parent.collected_through
+
+
+def _copied(op: Op, child: Tablet) -> Op:
+    if op.kind == "split":
+        return replace(op, kind="parent_split")
+    if op.kind != "txn":
+        return op
+    mine = tuple(c for c in op.changes if child.covers(parse_row_key(c.key)[0]))
+    return replace(op, changes=mine) if mine else replace(op, kind="noop", txn_id=b"", changes=())

@@ -40,6 +40,7 @@ from airflow_provider_cdc.cdc.tables import select_tables
 
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
+GENERATED_COLUMNS_VERSION = 120000  # pg_attribute.attgenerated
 PUBLICATION_MODES = ("filtered", "all_tables", "disabled")
 _RELKINDS = {"v": "view", "m": "materialized view", "f": "foreign table", "S": "sequence", "c": "composite type"}
 
@@ -197,11 +198,14 @@ def find_tables(
     if not refs:
         return {}, problems
     oids = [found[r][0] for r in refs]
+    # generated columns (never replicated) exist from PostgreSQL 12; YugabyteDB 2024.2 and earlier
+    # are PostgreSQL 11.2 underneath, whose pg_attribute has no attgenerated
+    not_generated = "AND a.attgenerated = ''" if has_generated_columns(conn) else ""
     attributes = conn.execute(
-        """
+        f"""
         SELECT a.attrelid, a.attname, a.atttypid::int8, a.atttypmod
         FROM pg_attribute a
-        WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+        WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped {not_generated}
         ORDER BY a.attrelid, a.attnum
         """,
         (oids,),
@@ -237,6 +241,14 @@ def find_tables(
             has_primary_key="primary" in keys[oid],
         )
     return out, problems
+
+
+def has_generated_columns(conn) -> bool:
+    """Whether the server's catalog has ``pg_attribute.attgenerated`` (PostgreSQL 12+). The version
+    is the one the server reported at connection (``11.2-YB-2024.2...`` on YugabyteDB's PG11 line);
+    a connection that does not say is taken as a current server."""
+    version = getattr(getattr(conn, "info", None), "server_version", None)
+    return not isinstance(version, int) or version == 0 or version >= GENERATED_COLUMNS_VERSION
 
 
 def resolve_tables(

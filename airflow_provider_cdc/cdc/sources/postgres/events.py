@@ -11,7 +11,7 @@ same values), which is what makes snapshot rows and stream rows identical.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import (
     Codec,
+    PgType,
     ValueModes,
     cast_binary,
     cast_text,
@@ -71,7 +72,9 @@ def sequence(last_commit_lsn: int | None, lsn: int) -> str:
 class TableEncoder:
     """Text tuples of one table version → typed event columns (selection, codecs, masks)."""
 
-    def __init__(self, table: TableInfo, columns: Sequence[Column], settings: EventSettings):
+    def __init__(
+        self, table: TableInfo, columns: Sequence[Column], settings: EventSettings, *, docdb_text: bool = False
+    ):
         self.table = table
         self.relation_columns = tuple(columns)
         plan = ColumnPlan.build(
@@ -92,6 +95,8 @@ class TableEncoder:
         relation_names = [c.name for c in columns]
         self.relation_key_indexes = tuple(relation_names.index(k) for k in self.key_columns)
         self.layout = plan.layout
+        # YugabyteDB's stream prints char(n)/numeric(p,s) without their typmod (see _docdb_repair).
+        self.repairs = tuple(_docdb_repair(c) if docdb_text else None for c in self.columns)
 
     def typed(self, text_columns: Sequence[pa.Array]) -> list[pa.Array]:
         """Convert kept columns' text (one string array per kept column) to their types."""
@@ -100,8 +105,14 @@ class TableEncoder:
     def typed_text(self, k: int, text: pa.Array) -> pa.Array:
         """Kept column ``k`` from its text form (a string array)."""
         column = self.columns[k]
+        text = self.repaired(k, text)
         typed = cast_text(text, self.codecs[k], column=column.name, table=self.table.ref.data_collection)
         return self._masked(k, typed)
+
+    def repaired(self, k: int, text: pa.Array) -> pa.Array:
+        """Kept column ``k``'s text as a YSQL scan prints it (a no-op off YugabyteDB's stream)."""
+        repair = self.repairs[k]
+        return text if repair is None else repair(text)
 
     def typed_binary(self, k: int, values: BinaryColumn) -> pa.Array:
         """Kept column ``k`` from its binary send form (``codecs[k].binary`` must exist)."""
@@ -112,6 +123,30 @@ class TableEncoder:
     def _masked(self, k: int, typed: pa.Array) -> pa.Array:
         mask = self.masks[k]
         return typed if mask is None else mask.apply(typed, _char_length(self.columns[k]))
+
+
+def _docdb_repair(column: Column) -> Callable[[pa.Array], pa.Array] | None:
+    """How to turn YugabyteDB's streamed text of ``column`` into what its snapshot prints.
+
+    YB's walsender rebuilds each datum with typmod -1 (``ybc_pggate.cc``,
+    ``YBCPgGetCDCConsistentChanges``: ``YBCPgTypeAttrs type_attrs{-1 /* typmod */}``). DocDB keeps
+    ``char(n)`` right-trimmed (``YbDatumToBPChar``) and ``numeric`` normalized (``numeric_normalize``),
+    so ``bpcharin``/``numeric_in`` without the typmod restore neither padding nor scale; a YSQL
+    scan passes the column's typmod and does. Arrays are stored whole and keep both."""
+    resolved = column.type.resolved()
+    if resolved.type_name == "bpchar" and resolved.modifier > 4:
+        width = resolved.modifier - 4
+        return lambda text: pc.utf8_rpad(text, width=width, padding=" ")
+    scale = resolved.numeric_precision_scale() if resolved.type_name == "numeric" else None
+    if scale is not None and scale[1] > 0:
+        return lambda text: _numeric_at_scale(text, resolved)
+    return None
+
+
+def _numeric_at_scale(text: pa.Array, pg_type: PgType) -> pa.Array:
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import numeric_at_scale  # protobuf: import late
+
+    return pa.array([None if v is None else numeric_at_scale(v, pg_type) for v in text.to_pylist()], text.type)
 
 
 def _char_length(column: Column) -> int | None:
@@ -420,7 +455,7 @@ class StreamEventBuffer:
         children = []
         for column_index, key_index in enumerate(encoder.key_indexes):
             column, codec = encoder.columns[key_index], encoder.codecs[key_index]
-            text = pa.array(transposed[column_index], pa.binary()).cast(pa.string())
+            text = encoder.repaired(key_index, pa.array(transposed[column_index], pa.binary()).cast(pa.string()))
             children.append(cast_text(text, codec, column=column.name, table=encoder.table.ref.data_collection))
         return encoder.layout.key_struct(children, present)
 

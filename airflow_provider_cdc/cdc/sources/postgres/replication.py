@@ -42,6 +42,17 @@ _KEEPALIVE = struct.Struct("!QQB")
 _STATUS_UPDATE = struct.Struct("!cQQQqB")
 
 
+class StreamErrorResponse(CdcTransientError):
+    """The server ended a stream with an ErrorResponse (after CopyBothResponse). Transient as a
+    lost connection is, unless the caller knows the source's words (YugabyteDB reports the
+    slot's expiry or a missing publication this way)."""
+
+    def __init__(self, message: str, sqlstate: str, server_message: str):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.server_message = server_message
+
+
 @dataclass(frozen=True)
 class SlotCreation:
     slot_name: str
@@ -89,18 +100,30 @@ class ReplicationConnection:
         temporary: bool = False,
         export_snapshot: bool = False,
         options: tuple[str, ...] | None = None,
+        transaction: str | None = None,
     ) -> SlotCreation:
         """``CREATE_REPLICATION_SLOT``. With ``export_snapshot`` the snapshot stays importable
         (``SET TRANSACTION SNAPSHOT``) until this connection runs another command or closes.
         ``options`` replaces the snapshot keyword with the given legacy keywords (YugabyteDB's
-        ``HYBRID_TIME USE_SNAPSHOT``)."""
+        ``HYBRID_TIME USE_SNAPSHOT``). ``transaction`` is the ``BEGIN`` statement of a transaction
+        block the command runs in, as its first command, committed right after (``USE_SNAPSHOT``
+        where the server requires one: YugabyteDB with ``ysql_enable_pg_export_snapshot``)."""
         keywords = options if options is not None else ("EXPORT_SNAPSHOT" if export_snapshot else "NOEXPORT_SNAPSHOT",)
         command = (
             f"CREATE_REPLICATION_SLOT {quote_ident(name)}"
             f"{' TEMPORARY' if temporary else ''} LOGICAL {quote_ident(plugin)}"
             f"{''.join(' ' + k for k in keywords)}"
         )
-        result = self._execute(command)
+        if transaction is None:
+            result = self._execute(command)
+        else:
+            self._command(transaction)
+            try:
+                result = self._execute(command)
+            except BaseException:
+                self._conn.exec_(b"ROLLBACK")  # leave no failed transaction behind on the connection
+                raise
+            self._command("COMMIT")
         return SlotCreation(
             slot_name=result[0].decode(),
             consistent_point=Lsn(result[1].decode()),
@@ -186,6 +209,10 @@ class ReplicationConnection:
             # -1: the server ended the copy; -2: error
             result = conn.get_result()
             message = _error_text(result.error_message if result else conn.error_message)
+            sqlstate = result.error_field(self._pq.DiagnosticField.SQLSTATE) if result else None
+            if sqlstate is not None:  # the server's ErrorResponse: its callers may classify it
+                primary = result.error_field(self._pq.DiagnosticField.MESSAGE_PRIMARY)
+                raise StreamErrorResponse(str(self._lost(message)), sqlstate.decode(), _error_text(primary or b""))
             raise self._lost(message)
 
     def send_status(self) -> None:
@@ -235,6 +262,16 @@ class ReplicationConnection:
             except Exception:  # the main loop reports connection failures itself
                 log.debug("status update failed", exc_info=True)
                 return
+
+    def _command(self, statement: str) -> None:
+        """A statement without rows (``BEGIN``, ``COMMIT``) on the replication connection."""
+        pq = self._pq
+        result = self._conn.exec_(statement.encode())
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            message = _error_text(result.error_message)
+            raise CdcTransientError(
+                f"{statement.split()[0]} failed on replication connection {self._info.describe()}: {message}"
+            )
 
     def _execute(self, command: str) -> list[bytes | None]:
         pq = self._pq

@@ -94,6 +94,9 @@ class StreamStats(ProgressStats):
 
 
 class WindowCollector:
+    #: The text values are YugabyteDB's walsender's (typmod -1): see ``events._docdb_repair``.
+    docdb_text: bool = False
+
     def __init__(
         self,
         *,
@@ -238,7 +241,7 @@ class WindowCollector:
         # A new column set (ALTER TABLE inside the window): a new table version, written as its
         # own batches; readers merge the versions (see sinks/schemas.py).
         self._relation_versions[message.oid] += 1
-        encoder = TableEncoder(table, columns, self.settings)
+        encoder = TableEncoder(table, columns, self.settings, docdb_text=self.docdb_text)
         self._relations[message.oid] = (encoder, self._relation_versions[message.oid])
 
     def _buffer(self, relation_oid: int) -> StreamEventBuffer | None:

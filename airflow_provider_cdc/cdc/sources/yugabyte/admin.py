@@ -20,6 +20,7 @@ leans on it (docs/yugabytedb.md, "What YugabyteDB does not have"):
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
     CdcTransientError,
     ConcurrentCaptureError,
+    PublicationError,
     SlotConfigurationError,
     SlotMissingError,
     WalLostError,
@@ -37,7 +39,12 @@ from airflow_provider_cdc.cdc.errors import (
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, decode_message
-from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, ReplicationConnection, XLogData
+from airflow_provider_cdc.cdc.sources.postgres.replication import (
+    Keepalive,
+    ReplicationConnection,
+    StreamErrorResponse,
+    XLogData,
+)
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, pg_identifier, quote_ident
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_text, ht_to_unix_us
 
@@ -155,6 +162,16 @@ def require_slot(conn: Any, slot: str, database: str, lsn_type: str) -> YbSlotSt
     return status
 
 
+#: The transaction a slot is created in (TestPgReplicationSlotSnapshotAction.java
+#: ``createReplicationSlotUseSnapshot``; Debezium-YB PostgresReplicationConnection.java l.541-546 does
+#: the same in its parallel snapshot mode).
+SLOT_TRANSACTION = "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+#: How far ahead of a node's clock a slot's consistent time may be, at most, before the capture
+#: gives up waiting for it (YugabyteDB's max_clock_skew_usec defaults to 500 ms).
+MAX_READ_TIME_WAIT_S = 30.0
+
+
 def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlotStatus, int, int]:
     """Create the slot over the replication protocol with ``USE_SNAPSHOT``, so YugabyteDB keeps the
     history a snapshot at its consistent point needs (``pg_create_logical_replication_slot``
@@ -163,9 +180,19 @@ def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlo
     from airflow_provider_cdc.cdc.sources.postgres.connection import connect
 
     with ReplicationConnection(info) as replication:
-        creation = replication.create_slot(slot, plugin=PLUGIN, options=(lsn_type, "USE_SNAPSHOT"))
+        # Inside a REPEATABLE READ transaction, as its first command: what YugabyteDB requires of
+        # USE_SNAPSHOT with ysql_enable_pg_export_snapshot on (the default from v2025.2.2.0), and
+        # harmless with it off (the checks are skipped). YB's own test does the same, as does
+        # Debezium-YB in its parallel snapshot mode.
+        creation = replication.create_slot(
+            slot, plugin=PLUGIN, options=(lsn_type, "USE_SNAPSHOT"), transaction=SLOT_TRANSACTION
+        )
     with connect(info) as conn:
         status = slot_status(conn, slot)
+        if status is not None and status.restart_commit_ht:
+            # The consistent time may be ahead of the clock: nothing may plan a window ending
+            # before the slot's start, or read at it, until it has passed.
+            wait_for_read_time(conn, status.restart_commit_ht)
     if status is None:
         raise SlotMissingError(f"replication slot {slot!r} was created but is not listed in pg_replication_slots")
     # The consistent point is the slot's restart commit time (snapshot_name holds it too, as a
@@ -178,7 +205,12 @@ def create_slot(info: PgConnectionInfo, slot: str, lsn_type: str) -> tuple[YbSlo
             f"replication slot {slot!r} reports no consistent hybrid time (yb_restart_commit_ht); "
             "this YugabyteDB release cannot snapshot at the slot's start"
         )
-    return status, int(point), int(creation.consistent_point)
+    consistent = int(creation.consistent_point)
+    if consistent == 0 and status.confirmed_flush_lsn is not None:
+        # Early releases answer 0/0 ("instead of a NULL value"); the new slot's confirmed position
+        # is where its stream starts (0/2 on the releases that answer it).
+        consistent = int(status.confirmed_flush_lsn)
+    return status, int(point), consistent
 
 
 def drop_slot(conn: Any, slot: str, *, timeout: float = 120.0, poll: float = 1.0) -> bool:
@@ -214,6 +246,22 @@ def read_time_statement(ht: int, procedure: str | None) -> Any:
     schema, _, name = procedure.rpartition(".")
     target = sql.Identifier(schema, name) if schema else sql.Identifier(name)
     return sql.SQL("CALL {}({})").format(target, sql.Literal(ht_text(ht)))
+
+
+def wait_for_read_time(conn: Any, ht: int, *, timeout: float = MAX_READ_TIME_WAIT_S) -> None:
+    """Wait until this node's clock has passed hybrid time ``ht``. A slot's consistent time is the
+    upper bound of the cluster's clocks and may be up to ``max_clock_skew_usec`` ahead of the node
+    a session is on; ``SET LOCAL yb_read_time`` to a time in the future fails (Debezium-YB sleeps 1 s
+    for this, QueryingSnapshotter.java l.58-70; YB's tests, ``waitForSnapshotTimeToPass``)."""
+    deadline = time.monotonic() + timeout
+    while (ahead_us := ht_to_unix_us(ht) - ht_to_unix_us(int(current_ht(conn)))) >= 0:
+        if time.monotonic() + ahead_us / 1e6 > deadline:
+            raise CdcTransientError(
+                f"the snapshot's hybrid time {ht} is {ahead_us / 1e6:.1f}s ahead of the server's clock, more than "
+                f"the {timeout:.0f}s the capture waits: check the cluster's clock synchronization "
+                "(max_clock_skew_usec)"
+            )
+        time.sleep(ahead_us / 1e6 + 0.001)
 
 
 def enter_read_time(conn: Any, ht: int, procedure: str | None = None) -> None:
@@ -345,7 +393,7 @@ def find_fence(
     begin: int | None = None
     deadline = time.monotonic() + timeout
     wanted = window_id.encode()
-    with ReplicationConnection(info) as replication:
+    with ReplicationConnection(info) as replication, classified_stream_errors(slot):
         replication.start_logical(slot, start, {"proto_version": "1", "publication_names": quote_ident(publication)})
         for frame in replication.frames(idle_timeout=max(timeout, 1.0)):
             if time.monotonic() > deadline:
@@ -392,7 +440,7 @@ def acknowledge(
     seconds without one. A partial acknowledgement is safe: what is not acknowledged comes back
     and the next window skips it by its commit position."""
     last: int | None = None
-    with ReplicationConnection(info) as replication:
+    with ReplicationConnection(info) as replication, classified_stream_errors(slot):
         replication.start_logical(slot, 0, {"proto_version": "1", "publication_names": quote_ident(publication)})
         deadline = time.monotonic() + timeout
         for frame in replication.frames(idle_timeout=max(timeout, 1.0)):
@@ -435,20 +483,51 @@ def check_tables(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
     return problems
 
 
+_EXPIRED_FOR_TABLET = re.compile(r"stream id \S+ is expired for tablet")
+
+
 def stream_error(slot: str, message: str) -> Exception:
     """A START_REPLICATION failure in YugabyteDB's words, classified."""
     lowered = message.lower()
+    if "publication" in lowered and "does not exist" in lowered:
+        return PublicationError(
+            f"replication slot {slot!r} cannot stream: {message}. Run the setup task (it creates the publication), "
+            "or create it as docs/yugabytedb.md shows"
+        )
     if "is not supported for output plugin" in lowered:
         return SlotConfigurationError(
             f"replication slot {slot!r} cannot stream the publication's tables: {message}. Drop the slot and "
             f"let the snapshot create it with plugin {PLUGIN!r}"
         )
-    if "expired" in lowered:
+    # YugabyteDB's CDC service: "Stream ID <id> is expired for Tablet ID <id>" (cdc_service.cc
+    # CheckStreamActive). Not any "expired": "Operation expired: Transaction … expired or aborted by a
+    # conflict" (40001) is an ordinary retryable conflict.
+    if _EXPIRED_FOR_TABLET.search(lowered):
         return WalLostError(
             f"replication slot {slot!r} expired: {message}. YugabyteDB drops a slot's changes when it is not "
             "read for cdc_intent_retention_ms (8 h by default); run windows more often than that"
         )
     return CdcTransientError(f"START_REPLICATION on slot {slot!r} failed: {message}")
+
+
+def in_stream_error(slot: str, error: StreamErrorResponse) -> Exception:
+    """An ErrorResponse inside the stream, classified as :func:`stream_error` classifies a refused
+    START. YugabyteDB sends CopyBothResponse before it sets up the slot's virtual WAL
+    (``YBCInitVirtualWal``), so expiry, a missing publication or pgoutput with REPLICA IDENTITY
+    CHANGE arrive this way. Anything else stays transient (a lost connection)."""
+    if error.sqlstate == "40001":  # a serialization failure / conflict: retried, never terminal
+        return error
+    classified = stream_error(slot, error.server_message)
+    return error if isinstance(classified, CdcTransientError) else classified
+
+
+@contextmanager
+def classified_stream_errors(slot: str) -> Iterator[None]:
+    """Re-raise a stream's ErrorResponse as :func:`in_stream_error` classifies it."""
+    try:
+        yield
+    except StreamErrorResponse as exc:
+        raise in_stream_error(slot, exc) from None
 
 
 # -- the capture lock ------------------------------------------------------------------------------

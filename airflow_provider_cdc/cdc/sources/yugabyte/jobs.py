@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError
+from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError, SnapshotRequiredError
 from airflow_provider_cdc.cdc.jobs import SparkProvider, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -58,7 +58,10 @@ STREAM = StreamFlavour(
 
 
 def _run_stream(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> CommitEntry:
-    return run_stream(spec, spark_provider, STREAM)
+    # YugabyteDB reports expiry, a missing publication and the like after CopyBothResponse: the
+    # stream's ErrorResponse is classified as a refused START would be.
+    with admin.classified_stream_errors(spec.slot_name):
+        return run_stream(spec, spark_provider, STREAM)
 
 
 def _check_stream_source(conn: Any, spec: YugabyteJobSpec) -> dict:
@@ -79,6 +82,24 @@ def _check_stream_source(conn: Any, spec: YugabyteJobSpec) -> dict:
     return tables
 
 
+def check_snapshot_duration(created_ms: int, now_ms: int, timeout_ms: int) -> None:
+    """Refuse to land a snapshot that ended after ``cdcsdk_tablet_not_of_interest_timeout_secs``: the
+    slot is first read by the window after it, and YugabyteDB releases the history of the tables a
+    slot did not poll within that time of its creation (docs/yugabytedb.md, "Publications and the
+    slot"). The slot is not read earlier on purpose: a slot's first poll may move its restart time
+    and history retention past the snapshot's read time (``UpdateRestartTimeIfRequired``)."""
+    if now_ms - created_ms <= timeout_ms:
+        return
+    raise SnapshotRequiredError(
+        f"the snapshot took {(now_ms - created_ms) / 3_600_000:.1f} h, longer than YugabyteDB's "
+        f"cdcsdk_tablet_not_of_interest_timeout_secs ({timeout_ms // 1000} s) after the slot's creation: the "
+        "slot's tables are no longer of interest to it and their changes since the snapshot are not kept. "
+        "Nothing was committed. Raise cdcsdk_tablet_not_of_interest_timeout_secs on the tablet servers above "
+        "the snapshot's duration (and the capture's tablet_not_of_interest_timeout_seconds with it), or "
+        "snapshot fewer tables per capture, then run the snapshot again"
+    )
+
+
 def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> CommitEntry:
     info = spec.connection
     started = time.monotonic()
@@ -89,6 +110,7 @@ def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> Commi
     spark = spark_provider()
     with connect(info) as conn:
         tables = pg_admin.describe_tables(conn, list(spec.tables))
+        admin.wait_for_read_time(conn, ht)  # the consistent time may be ahead of this node's clock
         admin.enter_read_time(conn, ht, spec.read_time_procedure)  # fails early if the read time is refused
         plans = {
             ref: plan_hash_ranges(
@@ -125,8 +147,11 @@ def _run_snapshot(spec: YugabyteJobSpec, spark_provider: SparkProvider) -> Commi
     )
     # The stream continues with the commits after the consistent point.
     end = YbLsn(spec.snapshot_end if spec.snapshot_end is not None else ht + 1)
-    # The slot was created (and so read) just now: YugabyteDB's expiry timer starts here.
-    state = {"last_read_ms": int(time.time() * 1000)}
+    created_ms = ht_to_unix_us(ht) // 1000  # the slot's consistent time: when it was created
+    check_snapshot_duration(created_ms, int(time.time() * 1000), spec.not_of_interest_timeout_ms)
+    # YugabyteDB starts a consistent-snapshot slot's expiry timer at its creation (its first read
+    # comes with the first window).
+    state = {"last_read_ms": created_ms, "first_poll_due_ms": created_ms + spec.not_of_interest_timeout_ms}
     return commit_snapshot(
         writer, spec, end, started=started, rows=rows, stats={"snapshot_ht": ht, "source_state": state}
     )

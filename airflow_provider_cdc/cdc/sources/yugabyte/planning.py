@@ -56,6 +56,22 @@ def expired_why(subject: str, offset: CaptureOffset | None, retention_ms: int, n
     )
 
 
+def not_of_interest_why(offset: CaptureOffset | None, now_ms: int) -> str | None:
+    """Why a slot no window has read yet has lost its tables' history: a snapshot records when the
+    first window must read the slot (``source_state.first_poll_due_ms``: the slot's creation plus
+    ``cdcsdk_tablet_not_of_interest_timeout_secs``); a stream window's state no longer has it."""
+    if offset is None:
+        return None
+    due = (offset.extra.get("source_state") or {}).get("first_poll_due_ms")
+    if due is None or now_ms <= int(due):
+        return None
+    return (
+        f"no window has read the slot since it was created for the snapshot, and "
+        f"{(now_ms - int(due)) / 60_000:.0f} min more than cdcsdk_tablet_not_of_interest_timeout_secs have passed: "
+        "YugabyteDB no longer keeps the changes of tables a slot did not poll within that time of its creation"
+    )
+
+
 def acknowledged(position: int) -> int:
     """The flush that acknowledges everything before window end ``position`` (exclusive)."""
     return position - 1
@@ -70,6 +86,9 @@ def slot_unavailable(
     expired = expired_why("the slot", offset, retention_ms, now_ms)
     if expired is not None:
         return "slot_expired", expired
+    unpolled = not_of_interest_why(offset, now_ms)
+    if unpolled is not None:
+        return "slot_not_of_interest", unpolled
     if (
         offset is not None
         and offset.lsn is not None
@@ -107,10 +126,10 @@ def plan_stream_window(
     empty window at the offset instead of an error."""
     notes: list[str] = []
     expired = slot_unavailable(offset, slot, retention_ms=retention_ms, now_ms=now_ms)
-    if expired is not None and expired[0] == "slot_expired":
+    if expired is not None and expired[0] in ("slot_expired", "slot_not_of_interest"):
         raise WalLostError(
-            f"replication slot {slot.slot_name!r} has most likely expired: {expired[1]}. Changes since the last "
-            "window are gone; re-snapshot with snapshot_mode='when_needed' (or 'always')"
+            f"replication slot {slot.slot_name!r} has most likely lost changes: {expired[1]}. Changes since the "
+            "last window are gone; re-snapshot with snapshot_mode='when_needed' (or 'always')"
         )
     start = YbLsn((slot.restart_commit_ht or 0) + 1)
     offset = core.stream_start(

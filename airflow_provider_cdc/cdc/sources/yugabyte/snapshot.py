@@ -6,9 +6,13 @@ independent: each opens its own read-only transaction at the slot's consistent p
 slot's ``yb_restart_commit_ht`` right after it was created with ``USE_SNAPSHOT``, which keeps the
 history). The stream continues with the commits after that point.
 
-A table is split by ``yb_hash_code(<primary key>)`` into ranges of ``[0, 65536)``: the function
-YugabyteDB pushes down to the tablets of a hash-sharded table (a range-sharded table is scanned
-once per partition, filtered). Rows are read with the PostgreSQL source's binary ``COPY``.
+A hash-sharded table is split by ``yb_hash_code(<its hash columns>)`` into ranges of
+``[0, 65536)``. YSQL pushes the function down to the tablets only when its arguments are exactly
+the hash columns (docs, ``func_yb_hash_code``), which are the first
+``yb_table_properties(oid).num_hash_key_columns`` primary-key columns: ``PRIMARY KEY (a, b)`` is
+``(a HASH, b ASC)``. A range-sharded table (no hash column), or one without a primary key (sharded
+on the hidden ``ybrowid``), is read in one partition: any hash filter would make every partition
+scan the whole table. Rows are read with the PostgreSQL source's binary ``COPY``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInf
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import SnapshotPoint, read_partition
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
-from airflow_provider_cdc.cdc.sources.yugabyte.admin import enter_read_time
+from airflow_provider_cdc.cdc.sources.yugabyte.admin import enter_read_time, wait_for_read_time
 
 HASH_SPACE = 65536
 #: Below this many (estimated) rows a table is read in one partition.
@@ -75,13 +79,26 @@ def hash_ranges(key: tuple[str, ...], count: int) -> list[HashRange]:
     return [HashRange(key, a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
+def hash_columns(conn: Any, table: TableInfo) -> tuple[str, ...]:
+    """The primary-key columns that decide a row's tablet (none: range-sharded, or no primary key)."""
+    if not table.has_primary_key:
+        return ()
+    (count,) = conn.execute("SELECT num_hash_key_columns FROM yb_table_properties(%s::oid)", (table.oid,)).fetchone()
+    return tuple(table.key_columns[: int(count or 0)])
+
+
 def plan_hash_ranges(conn: Any, table: TableInfo, *, max_partitions: int, parallelism: int) -> list[HashRange]:
+    key = hash_columns(conn, table)
+    if not key:
+        return hash_ranges(key, 1)
     (estimate,) = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::oid", (table.oid,)).fetchone()
     count = partition_count(float(estimate), max_partitions=max_partitions, parallelism=parallelism)
-    return hash_ranges(tuple(table.key_columns), count)
+    return hash_ranges(key, count)
 
 
 def _enter_read_time(procedure: str | None, conn: Any, point: SnapshotPoint) -> None:
+    # Each partition's session may be on a node whose clock is behind the one the driver waited on.
+    wait_for_read_time(conn, int(point.snapshot_name))
     enter_read_time(conn, int(point.snapshot_name), procedure)
 
 

@@ -24,6 +24,8 @@ class YugabyteJobSpec(PostgresJobSpec):
     # The SECURITY DEFINER procedure that sets yb_read_time for a role that may not set it.
     read_time_procedure: str | None = None
     lsn_type: str = "HYBRID_TIME"
+    # YugabyteDB's cdcsdk_tablet_not_of_interest_timeout_secs, in ms: a snapshot must end within it.
+    not_of_interest_timeout_ms: int = 14_400_000
 
     connector = "yugabytedb"
     default_watermarks = "insert_insert"
@@ -35,6 +37,7 @@ class YugabyteJobSpec(PostgresJobSpec):
             "snapshot_end": self.snapshot_end,
             "read_time_procedure": self.read_time_procedure,
             "lsn_type": self.lsn_type,
+            "not_of_interest_timeout_ms": self.not_of_interest_timeout_ms,
         }
 
     @classmethod
@@ -51,4 +54,5 @@ class YugabyteJobSpec(PostgresJobSpec):
             snapshot_end=data.get("snapshot_end"),
             read_time_procedure=data.get("read_time_procedure"),
             lsn_type=data.get("lsn_type", "HYBRID_TIME"),
+            not_of_interest_timeout_ms=int(data.get("not_of_interest_timeout_ms", 14_400_000)),
         )

@@ -75,6 +75,8 @@ class YbStreamStats(StreamStats):
 class YbWindowCollector(WindowCollector):
     """:class:`WindowCollector` with YugabyteDB's window rules (see the module docstring)."""
 
+    docdb_text = True  # char(n) comes right-trimmed, numeric(p,s) without trailing zeros
+
     def __init__(self, **kwargs: Any) -> None:
         """The keyword arguments of :class:`WindowCollector`."""
         super().__init__(**kwargs)

@@ -6,8 +6,9 @@
   every table the capture reads, and checkpoints explicitly (an IMPLICIT stream moves its
   checkpoint on every ``GetChanges``, so the server would drop changes the sink has not committed).
 - **Tablets to start from** without a snapshot (:func:`bootstrap_tablets`): ``SetCDCCheckpoint``
-  with ``bootstrap`` (the tablet's latest op), then ``GetCheckpoint``, as the connector does for
-  ``snapshot.mode=never``.
+  with ``bootstrap`` (the tablet's latest op), the ``snapshot_done_key`` ``GetChanges`` (no snapshot
+  is needed: a stream created with a consistent snapshot has its rows marked "snapshot in
+  progress" by the master), then ``GetCheckpoint``, as the connector does for ``snapshot.mode=never``.
 - **The window's end** (:func:`current_hybrid_time`): the YSQL node's clock as a hybrid time
   (physical microseconds << 12). Every release has it (``yb_get_current_hybrid_time_lsn()`` only
   v2024.2+); a commit whose hybrid time is above it lands in the next window, whichever node's
@@ -76,11 +77,14 @@ def stream_status(client: YbCdcClient) -> StreamStatus | None:
 
 @dataclass(frozen=True)
 class DatabaseIds:
-    """The YB ids of the capture's database and tables, from their oids (:mod:`.ids`)."""
+    """The YB ids of the capture's database and tables (:mod:`.ids`). A table's DocDB id is built
+    from its relfilenode, not its oid (``pg_yb_utils.h`` ``YbGetRelfileNodeId``: "In YB, the
+    relfilenode OID maps to the relation's DocDB table ID"); a table rewrite changes it."""
 
     database: str
     namespace_id: str
     tables: Mapping[TableRef, str]  # table → its YB table id
+    rewritten: frozenset[TableRef] = frozenset()  # tables whose relfilenode is no longer their oid
 
 
 def database_ids(conn: Any, tables: Iterable[TableRef]) -> DatabaseIds:
@@ -89,11 +93,18 @@ def database_ids(conn: Any, tables: Iterable[TableRef]) -> DatabaseIds:
         "SELECT current_database(), oid FROM pg_database WHERE datname = current_database()"
     ).fetchone()
     found: dict[TableRef, str] = {}
+    rewritten: set[TableRef] = set()
     for ref in tables:
-        row = conn.execute("SELECT to_regclass(%s)::oid", (ref.quoted(POSTGRES_NAMES),)).fetchone()
-        if row is not None and row[0] is not None:
-            found[ref] = ids.table_id(int(database_oid), int(row[0]))
-    return DatabaseIds(str(database), ids.namespace_id(int(database_oid)), found)
+        row = conn.execute(
+            "SELECT c.oid, c.relfilenode FROM pg_class c WHERE c.oid = to_regclass(%s)", (ref.quoted(POSTGRES_NAMES),)
+        ).fetchone()
+        if row is None:
+            continue
+        oid, relfilenode = int(row[0]), int(row[1] or row[0])
+        found[ref] = ids.table_id(int(database_oid), relfilenode)
+        if relfilenode != oid:
+            rewritten.add(ref)
+    return DatabaseIds(str(database), ids.namespace_id(int(database_oid)), found, frozenset(rewritten))
 
 
 def stream_problems(status: StreamStatus | None, database: DatabaseIds, stream_id: str) -> list[str]:
@@ -116,9 +127,15 @@ def stream_problems(status: StreamStatus | None, database: DatabaseIds, stream_i
             "server's checkpoint before the sink commits; use a stream created with EXPLICIT checkpointing "
             f"({create})"
         )
-    missing = sorted(
-        r.quoted(POSTGRES_NAMES) for r, table_id in database.tables.items() if table_id not in status.table_ids
-    )
+    absent = [r for r, table_id in database.tables.items() if table_id not in status.table_ids]
+    for ref in sorted(r for r in absent if r in database.rewritten):
+        problems.append(
+            f"table {ref.quoted(POSTGRES_NAMES)} was rewritten after CDC stream {stream_id!r} was created "
+            f"(ALTER TABLE ... ALTER COLUMN TYPE, ADD or DROP PRIMARY KEY, TRUNCATE and the like give it a new "
+            f"DocDB table id, {database.tables[ref]}; the stream keeps the old table, which gets no new "
+            f"changes): create a new stream ({create}) and snapshot the table again"
+        )
+    missing = sorted(r.quoted(POSTGRES_NAMES) for r in absent if r not in database.rewritten)
     if missing:
         problems.append(
             f"table(s) {', '.join(missing)} are not in CDC stream {stream_id!r} (a stream captures the tables "
@@ -134,7 +151,10 @@ def stream_tablets(client: YbCdcClient, table_ids: Sequence[str]) -> dict[str, t
 
 
 def bootstrap_tablets(client: YbCdcClient, tablets: Mapping[str, Sequence[str]]) -> TabletCheckpoints:
-    """Each tablet checkpointed at its latest op on the server, as where its stream starts."""
+    """Each tablet checkpointed at its latest op on the server, as where its stream starts (the
+    connector's ``bootstrapTablet``: ``SetCDCCheckpoint(bootstrap)``, ``markNoSnapshotNeeded``,
+    ``GetCheckpoint``). The bootstrap also sets the tablet's active time, so a stream created
+    without a consistent snapshot is served from here on."""
     states = {}
     for tablet_id, table_ids in tablets.items():
         stream, tablet = client.stream_id.encode(), tablet_id.encode()
@@ -144,29 +164,16 @@ def bootstrap_tablets(client: YbCdcClient, tablets: Mapping[str, Sequence[str]])
             pb.SetCDCCheckpointRequestPB(stream_id=stream, tablet_id=tablet, bootstrap=True),
             f"SetCDCCheckpoint(bootstrap) of tablet {tablet_id} (stream {client.stream_id})",
         )
-        op = client.tablet_call(
-            tablet_id,
-            methods.GET_CHECKPOINT,
-            pb.GetCheckpointRequestPB(stream_id=stream, tablet_id=tablet),
-            f"GetCheckpoint of tablet {tablet_id} (stream {client.stream_id})",
-        ).checkpoint.op_id
-        states[tablet_id] = TabletState(TabletPosition(Checkpoint(op.term, op.index)), table_ids=tuple(table_ids))
+        client.mark_snapshot_done(tablet_id)
+        stored = client.get_checkpoint(tablet_id)
+        states[tablet_id] = TabletState(TabletPosition(stored.checkpoint), table_ids=tuple(table_ids))
     log.info("stream %s: %d tablet(s) checkpointed at their latest ops", client.stream_id, len(states))
     return TabletCheckpoints(states)
 
 
 def server_checkpoints(client: YbCdcClient, tablet_ids: Sequence[str]) -> dict[str, Checkpoint]:
     """What the server keeps as each tablet's checkpoint of the stream (``GetCheckpoint``)."""
-    stored = {}
-    for tablet_id in tablet_ids:
-        op = client.tablet_call(
-            tablet_id,
-            methods.GET_CHECKPOINT,
-            pb.GetCheckpointRequestPB(stream_id=client.stream_id.encode(), tablet_id=tablet_id.encode()),
-            f"GetCheckpoint of tablet {tablet_id} (stream {client.stream_id})",
-        ).checkpoint.op_id
-        stored[tablet_id] = Checkpoint(op.term, op.index)
-    return stored
+    return {tablet_id: client.get_checkpoint(tablet_id).checkpoint for tablet_id in tablet_ids}
 
 
 def current_hybrid_time(conn: Any) -> int:

@@ -288,4 +288,27 @@ class TabletCheckpoints(Mapping[str, TabletState]):
         return cls(tablets)
 
 
-__all__ = ["Checkpoint", "TabletCheckpoints", "TabletPosition", "TabletState"]
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A tablet's ``cdc_state`` row as ``GetCheckpoint`` reports it (``cdc_service.cc``): the op id,
+    the snapshot key while the row is marked "snapshot in progress" (None otherwise) and
+    ``cdc_sdk_safe_time`` (0 when unset)."""
+
+    term: int
+    index: int
+    snapshot_key: bytes | None = None
+    snapshot_time: int = 0
+
+    @property
+    def never_set(self) -> bool:
+        """-1.-1 (``OpId::Invalid``): the master's row of a stream created without a consistent
+        snapshot, before any ``SetCDCCheckpoint``. YB counts such a tablet as expired
+        (``active_time`` 0) until a ``SetCDCCheckpoint`` sets it."""
+        return (self.term, self.index) == (-1, -1)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.term, self.index)
+
+
+__all__ = ["Checkpoint", "StoredCheckpoint", "TabletCheckpoints", "TabletPosition", "TabletState"]

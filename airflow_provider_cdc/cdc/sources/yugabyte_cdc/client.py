@@ -44,7 +44,12 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     WalLostError,
 )
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
+    Checkpoint,
+    StoredCheckpoint,
+    TabletCheckpoints,
+    TabletPosition,
+)
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import errors as rpc
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
@@ -70,6 +75,29 @@ class RetryPolicy:
         return min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
 
 
+#: ``from_cdc_sdk_checkpoint.key`` of the ``GetChanges`` that marks a tablet's snapshot done or not
+#: needed (``kCDCSDKSnapshotDoneKey``, cdc_service.h; the connector's ``SNAPSHOT_DONE_KEY``).
+SNAPSHOT_DONE_KEY = b"snapshot_done_key"
+
+
+class StreamExpiredError(WalLostError):
+    """The server answered "Stream ID ... is expired for Tablet ID ..." on a tablet that had been
+    started: no ``GetChanges`` or ``SetCDCCheckpoint`` within ``cdc_intent_retention_ms``, and the
+    server released what it kept for the stream. Terminal for the stream."""
+
+
+class StreamNotStartedError(CdcTransientError):
+    """The server answered "... is expired ..." on a tablet whose checkpoint was never set (-1.-1):
+    a stream created without a consistent snapshot counts as expired on a tablet until a
+    ``SetCDCCheckpoint`` sets it (``CheckStreamActive``, ``active_time`` 0). Nothing was lost."""
+
+
+class InvalidRequestError(CdcConfigurationError):
+    """The CDC service answered ``INVALID_REQUEST`` (for a tablet: "Tablet ID … is not part of stream
+    ID …"). From ``GetChanges`` on a split parent whose tablets are listed it is a split instead
+    (:meth:`YbCdcClient.get_changes`)."""
+
+
 def product_error(error: rpc.YbRpcError, what: str) -> CdcError:
     """The product's error for a protocol error that retrying did not (or cannot) cure."""
     text = f"{what}: {error}"
@@ -81,12 +109,19 @@ def product_error(error: rpc.YbRpcError, what: str) -> CdcError:
         )
     if isinstance(error, rpc.RpcTlsError):
         return CdcConfigurationError(text)
-    if isinstance(error, (rpc.CheckpointTooOld, rpc.StreamExpired)):
+    if isinstance(error, rpc.StreamExpired):
+        return StreamExpiredError(text)
+    if isinstance(error, rpc.CheckpointTooOld):
         return WalLostError(text)
     if isinstance(error, rpc.StreamNotFound):
         return SlotMissingError(text)
     if isinstance(error, rpc.TabletSplit):
         return TabletSplitError(text)
+    if rpc.is_invalid_request(error):
+        return InvalidRequestError(
+            f"{text}. Check that the offset's tablets belong to this stream (stream_id of the capture, "
+            "the offset of another stream)"
+        )
     if isinstance(error, rpc.ProtocolError):
         return DecodingError(text)
     if error.retriable:
@@ -290,9 +325,12 @@ class YbCdcClient:
         *,
         explicit: Checkpoint | None = None,
         need_schema_info: bool = False,
+        starting: bool = False,
     ) -> pb.GetChangesResponsePB:
         """One ``GetChanges`` of ``tablet_id`` from ``position``; ``explicit`` is the checkpoint
-        the sink has committed (an EXPLICIT stream keeps what follows it); ``need_schema_info``
+        the sink has committed (an EXPLICIT stream keeps what follows it); ``starting`` marks a
+        bootstrap, the only request where "... is expired" may mean a tablet not started yet
+        (:meth:`_expiry`); ``need_schema_info``
         asks for the tables' DDL records first (YB sends them otherwise only when its schema
         cache for the stream and tablet is stale)."""
         request = pb.GetChangesRequestPB(
@@ -307,7 +345,53 @@ class YbCdcClient:
         if explicit is not None:
             request.explicit_cdc_sdk_checkpoint.CopyFrom(explicit.to_pb())
         what = f"GetChanges of tablet {tablet_id} (stream {self.stream_id})"
-        return self.tablet_call(tablet_id, methods.GET_CHANGES, request, what)
+        try:
+            return self.tablet_call(tablet_id, methods.GET_CHANGES, request, what)
+        except StreamExpiredError as expired:
+            if not starting:  # every tablet a window reads was started by the snapshot or setup
+                raise
+            raise self._expiry(tablet_id, expired) from None
+        except InvalidRequestError as refused:
+            children = self.split_into(tablet_id)
+            if not children:
+                raise
+            # The connector's reading of INVALID_REQUEST (CONN l.564), limited to a tablet whose
+            # children the master lists: a split parent YB no longer finds for the stream.
+            raise TabletSplitError(
+                f"{refused}; tablet {tablet_id} was split into {', '.join(children)}: read as TABLET_SPLIT"
+            ) from None
+
+    def split_into(self, parent: str) -> list[str]:
+        """The tablets of the stream's tables that name ``parent`` as their split parent, hidden
+        ones included (``GetTableLocations`` with ``include_inactive``, the list YB's
+        ``CheckTabletValidForStream`` looks in); empty for a tablet that was not split."""
+        found: set[str] = set()
+        for table_id in self.stream_tables()[1]:
+            request = pb.GetTableLocationsRequestPB(
+                table=pb.TableIdentifierPB(table_id=table_id.encode()),
+                max_returned_locations=1 << 20,
+                include_inactive=True,
+            )
+            for location in self.master_call(methods.MASTER_GET_TABLE_LOCATIONS, request).tablet_locations:
+                if location.split_parent_tablet_id.decode() == parent:
+                    found.add(location.tablet_id.decode())
+        return sorted(found)
+
+    def _expiry(self, tablet_id: str, expired: StreamExpiredError) -> CdcError:
+        """YB gives one text for a tablet that expired and for one never started (-1.-1, no
+        ``active_time``): at a bootstrap the stored checkpoint tells them apart (a missing row reads
+        -1.-1 too, so this is asked only where the tablet is being started). Real expiry stays terminal."""
+        try:
+            stored = self.get_checkpoint(tablet_id)
+        except CdcError:
+            return expired  # the row cannot be read: keep the server's word
+        if not stored.never_set:
+            return expired
+        return StreamNotStartedError(
+            f"{expired}. Tablet {tablet_id} of stream {self.stream_id} was never started (its checkpoint is "
+            "-1.-1: a stream created without a consistent snapshot, and no SetCDCCheckpoint yet); nothing is "
+            "lost. The snapshot starts the tablet with SetCDCCheckpoint(initial_checkpoint) first: run it again"
+        )
 
     def fetcher(self, tablet_id: str, *, explicit: Checkpoint | None = None) -> Fetch:
         """The ``fetch`` of :func:`~.pages.poll_pages` for one tablet. Its first request asks for
@@ -328,11 +412,13 @@ class YbCdcClient:
 
         ``GetTabletListToPollForCDC`` with the parent's id, as the connector's ``handleTabletSplit``:
         YB lists the parent's children (``split_parent_tablet_id``), each with its own ``cdc_state``
-        checkpoint when that is valid, else the parent's (``cdc_service.cc``). The children's logs
-        continue after the parent's split op, so either start reads a child from its first change.
-        Only the op id (term, index) is kept: that is what ``cdc_state`` holds; the rest of the
-        message (a snapshot time filled from the row's safe time) is no streaming position, YB
-        ignores it in a streaming request, and dropping it keeps a retried window's positions equal.
+        checkpoint when that is valid (term and index > 0), else the parent's stored one, else 0.0
+        once the parent's row is gone (``cdc_service.cc``). Only the op id (term, index) is kept:
+        that is what ``cdc_state`` holds; the rest of the message (a snapshot time filled from the
+        parent row's safe time) is no streaming position. A stream window starts the children from
+        its own position instead (:meth:`~.jobs._StreamTablets.children`): a child's log starts
+        with a copy of the parent's, so that checkpoint would make it send again what the parent
+        sent after it.
         The request names a table of the parent (``table_info``); the first of ``table_ids`` that
         lists children is used. Any tablet server answers: the call goes to the parent's leader,
         which the split was just heard from. The master lists both children once the split is done;
@@ -383,9 +469,46 @@ class YbCdcClient:
             what = f"SetCDCCheckpoint of tablet {tablet_id} (stream {self.stream_id})"
             self.tablet_call(tablet_id, methods.SET_CDC_CHECKPOINT, request, what)
 
+    def get_checkpoint(self, tablet_id: str) -> StoredCheckpoint:
+        """The tablet's ``cdc_state`` row for the stream (``GetCheckpoint`` reads the table, not a
+        cache; it lags explicit checkpoints sent with ``GetChanges`` by up to
+        ``cdc_state_checkpoint_update_interval_ms``, never one set by ``SetCDCCheckpoint``)."""
+        request = pb.GetCheckpointRequestPB(stream_id=self.stream_id.encode(), tablet_id=tablet_id.encode())
+        what = f"GetCheckpoint of tablet {tablet_id} (stream {self.stream_id})"
+        response = self.tablet_call(tablet_id, methods.GET_CHECKPOINT, request, what)
+        op = response.checkpoint.op_id
+        key = response.snapshot_key if response.HasField("snapshot_key") else None
+        return StoredCheckpoint(op.term, op.index, key, response.snapshot_time)
+
+    def start_tablet(self, tablet_id: str) -> None:
+        """``SetCDCCheckpoint(0.0, initial_checkpoint)``, the connector's ``makeStreamActive``: sets a
+        never-started tablet's ``active_time`` so its first ``GetChanges`` is served (YB's
+        ``SetCDCCheckpoint`` checks no expiry) and makes the server keep its log from there."""
+        request = pb.SetCDCCheckpointRequestPB(
+            checkpoint=pb.CDCCheckpointPB(op_id=pb.OpIdPB(term=0, index=0)),
+            stream_id=self.stream_id.encode(),
+            tablet_id=tablet_id.encode(),
+            initial_checkpoint=True,
+        )
+        what = f"SetCDCCheckpoint(initial 0.0) of tablet {tablet_id} (stream {self.stream_id})"
+        self.tablet_call(tablet_id, methods.SET_CDC_CHECKPOINT, request, what)
+
+    def mark_snapshot_done(self, tablet_id: str, at: Checkpoint | None = None) -> None:
+        """The ``GetChanges`` with key ``snapshot_done_key`` (the connector's ``markSnapshotDoneOnServer``,
+        or ``markNoSnapshotNeeded`` when ``at`` is None): YugabyteDB's ``UpdateSnapshotDone`` sets the
+        row's ``cdc_sdk_safe_time`` to ``at``'s snapshot time, its ``active_time`` and
+        ``last_replication_time``; the checkpoint is not touched."""
+        at = at or Checkpoint(-1, -1)
+        done = Checkpoint(at.term, at.index, SNAPSHOT_DONE_KEY, 0, at.snapshot_time)
+        self.get_changes(tablet_id, TabletPosition(done))
+
 
 __all__ = [
+    "SNAPSHOT_DONE_KEY",
+    "InvalidRequestError",
     "RetryPolicy",
+    "StreamExpiredError",
+    "StreamNotStartedError",
     "TabletSplitError",
     "YbCdcClient",
     "parse_addresses",

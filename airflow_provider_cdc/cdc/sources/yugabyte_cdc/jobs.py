@@ -7,10 +7,13 @@ the tablets' end positions as ``source_state`` (:func:`~.offset.source_state`), 
 copies into the offset. Nothing is stored on the server here: ``SetCDCCheckpoint``
 (:meth:`~.client.YbCdcClient.set_checkpoints`) follows the commit and the offset save.
 
-A tablet split before or during the window answers ``TABLET_SPLIT`` after its last records: the
-merge hands it over to its children (:class:`_StreamTablets`, the merge's module docstring), and the
-end state records the split (:meth:`~.checkpoints.TabletCheckpoints.split`) with the children's end
-positions, so the next window reads the children only.
+A tablet split before or during the window answers ``TABLET_SPLIT`` (at once, once the split is
+applied: it may not have sent everything up to the split): the merge hands it over to its children,
+which go on from where the parent was refused (:class:`_StreamTablets`, the merge's module
+docstring), and the end state records the split (:meth:`~.checkpoints.TabletCheckpoints.split`) with
+the children's end positions, so the next window reads the children only. The parent is only ever
+polled with the committed checkpoint as explicit, which YB stores before it answers ``TABLET_SPLIT``:
+the server's checkpoint for it never passes what the sink holds, whatever crashes before the commit.
 """
 
 from __future__ import annotations
@@ -88,27 +91,38 @@ class _StreamTablets:
         return poll_until_split(fetch, start, self._end_ht, on_idle=IdleWait(tablet_id, self._idle_timeout))
 
     def children(self, parent: str, at: TabletPosition) -> dict[str, tuple[TabletPosition, Pages]]:
-        """The children of ``parent``, which answered ``TABLET_SPLIT`` when asked from ``at``: each
-        from the checkpoint the server gives (``GetTabletListToPollForCDC``), with no safe time, as
-        the connector's ``handleTabletSplit``. A checkpoint YB calls invalid (term or index not
-        positive: neither the child's nor the parent's ``cdc_state`` row set) is replaced by the
-        parent's last position, which also lies before the children's first op.
+        """The children of ``parent``, which answered ``TABLET_SPLIT``, each polled from ``at``: the
+        position the merge hands over (:meth:`~.merge._TabletReader.hand_over`: the refused request's
+        checkpoint, with a safe time past everything taken from the parent).
 
-        The children are polled without an explicit checkpoint: nothing of theirs is committed yet.
-        YB then leaves their ``cdc_state`` rows as the split set them (holding their whole log), and
-        ``GetTabletListToPollForCDC`` goes on giving the parent's checkpoint for them, so a retry of
-        this window starts the children where this run did (a child's own checkpoint, once set,
-        would be a later position). The next window sends the children's committed checkpoints."""
+        Each child's log holds a copy of the parent's up to the split op (``Log::CopyTo``), ``at``
+        included, so a child polled from ``at`` sends what the parent had not sent (the parent
+        answers ``TABLET_SPLIT`` at once once the split is applied) and skips by the safe time what
+        it had. The checkpoint ``GetTabletListToPollForCDC`` gives is not used: for a child not yet
+        polled it is the parent's stored checkpoint (at most the committed one, and possibly older:
+        ``cdc_state`` is written every ``cdc_state_checkpoint_update_interval_ms``), or 0.0 once the
+        parent's row is deleted, and its ``snapshot_time`` is the parent's stored safe time, no
+        safe time of this run. Polled from there without this run's safe time, a child would send
+        the parent's changes taken in this window again (the connector instead first moves the
+        parent's stored checkpoint to its last acknowledged record, CONN ``handleTabletSplit``).
+
+        The children are polled without an explicit checkpoint: nothing of theirs is committed yet,
+        and their ``cdc_state`` rows (0.0) and the parent's stored checkpoint hold their logs. A
+        retry of this window finds the parent refusing at once, from the window's start, and starts
+        the children there. The next window sends the children's committed checkpoints."""
         table_ids = self._table_ids.get(parent) or self._all_table_ids()
         found = self._client.split_children(parent, table_ids)
         children: dict[str, tuple[TabletPosition, Pages]] = {}
-        for child, checkpoint in sorted(found.items()):
-            if checkpoint.term <= 0 or checkpoint.index <= 0:
-                checkpoint = Checkpoint(at.checkpoint.term, at.checkpoint.index)
-            start = TabletPosition(checkpoint)
+        for child in sorted(found):
             self._table_ids[child] = tuple(table_ids)
-            children[child] = (start, self.pages(child, start, explicit=None))
-        log.info("tablet %s was split: reading %s from here on", parent, ", ".join(children))
+            children[child] = (at, self.pages(child, at, explicit=None))
+        log.info(
+            "tablet %s was split: reading %s from %s (safe time %d)",
+            parent,
+            ", ".join(children),
+            at.checkpoint,
+            at.safe_hybrid_time,
+        )
         return children
 
     def _all_table_ids(self) -> tuple[str, ...]:

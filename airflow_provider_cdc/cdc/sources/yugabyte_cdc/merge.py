@@ -39,22 +39,29 @@ window starts, before the cut:
   so the next window starts exactly with the cut transaction;
 - no cut: the last page's response position (checkpoint, safe time, WAL segment index).
 
-**Splits.** A split tablet (the parent) serves its records up to the split, then answers
-``TABLET_SPLIT`` (its pages end with a :class:`~.pages.Split`). Its two children hold disjoint
-halves of its hash range and their logs continue after the parent's split op, so every change of the
-range is in exactly one of: the parent's records (committed at or before the split op's hybrid time)
-or one child's (committed after it). The reader of the parent ends there (the tablet is finished for
-the watermark); the merge asks ``on_split`` for the children, their start positions and pages, and
-adds a reader for each, which the watermark then waits on like any other tablet. Nothing is doubled:
-the two sources are disjoint WAL ops. Nothing is lost or misordered: a transaction was emitted only
-once the parent was past it, by a later head (a pre-split record) or by its safe time (which never
-passes the split op, the last op of its log), so everything emitted so far is committed at or before
-the split and every record of the children comes after it. The children start without a safe time
-(as the connector polls them, "with the time unset"): nothing of theirs was taken before, so none of
-their records may be skipped as sent before; if a server ever sent a child's record at or before a
-transaction already emitted, the order check fails the window instead of dropping it. The window's
-splits, in the order found (a child can split again), are :attr:`WindowMerge.splits`; the children's
-end positions are in :attr:`WindowMerge.end_positions`, the parent's are not (it is not read again).
+**Splits.** Once a split is applied, the parent answers ``TABLET_SPLIT`` to the next request at
+once, whatever it had left to send (``cdcsdk_producer.cc``: ``TABLET_DATA_SPLIT_COMPLETED`` →
+"moving to children tablets immediately"); its pages end with a :class:`~.pages.Split` at the
+position that was refused. Each child's log starts with a copy of the parent's log up to and
+including the split op (``Log::CopyTo``), so a child read from a position before the split sends
+again the parent's changes of its half of the range after that position, then its own. The reader
+of the parent ends at the split (the tablet is finished for the watermark); the merge asks
+``on_split`` for the children with the position they go on from (:meth:`_TabletReader.hand_over`):
+the refused request's checkpoint, with as safe time the highest of the refused request's, the
+parent's watermark and the commit time of the last transaction taken from the parent. The parent
+sent everything committed at or before that time (its safe times, and its records in commit order),
+so a child's record committed at or before it was taken from the parent already and is skipped
+(by the server, ``GetCommitTimeThreshold``, and by the reader, as sent before); a record committed
+after it was not sent by the parent, and comes from exactly one child (the halves are disjoint).
+Nothing is lost: the checkpoint lies before every record not yet taken, and is in the children's
+copied logs (the parent's stored checkpoint, which holds the parent's log, is never past it). The
+merge adds a reader for each child, which the watermark then waits on like any other tablet, so
+what the children send is merged in commit order with the rest. A single-shard write sent again by
+a child is named after the child (its :class:`TxKey` holds the tablet that sent it), so a retried
+window can attribute a pre-split change to a child where the first attempt had the parent. The
+window's splits, in the order found (a child can split again), are :attr:`WindowMerge.splits`; the
+children's end positions are in :attr:`WindowMerge.end_positions`, the parent's are not (it is not
+read again).
 
 **Sent again.** Records committed before ``from_ht`` (the tail of a transaction a previous window
 took, re-sent from a mid-transaction checkpoint) and fragments a tablet sends twice (a response
@@ -138,8 +145,8 @@ DataCollection = Callable[[pb.RowMessage], str | None]
 #: A tablet's pages; a split tablet's end with a :class:`~.pages.Split` (:func:`~.pages.poll_until_split`).
 Pages = Iterable[Page | Split]
 
-#: ``on_split(parent, at)``: the children of ``parent``, which answered ``TABLET_SPLIT`` when asked
-#: from ``at``: child id → (the position it starts from, its pages from there).
+#: ``on_split(parent, at)``: the children of ``parent``, which answered ``TABLET_SPLIT``; ``at`` is
+#: where they go on from (:meth:`_TabletReader.hand_over`): child id → (its start position, its pages).
 SplitHandler = Callable[[str, TabletPosition], Mapping[str, tuple[TabletPosition, Pages]]]
 
 
@@ -197,7 +204,7 @@ class _TabletReader:
     def _take(self, *, inside: bool = False) -> pb.CDCSDKProtoRecordPB | None:
         """The next record, or None at the end of a page (whose safe time then applies) and at a
         split (the tablet has then ended). ``inside``: a transaction is open, where a split cannot be
-        (YB splits after the parent's last op; its records up to the split are complete)."""
+        (YB resumes a transaction sent over several responses without a split check)."""
         if self._pending:
             return self._pending.popleft()
         page = self._page
@@ -237,6 +244,13 @@ class _TabletReader:
         close = getattr(self._pages, "close", None)
         if close is not None:
             close()  # stop a lazy poller: the next window reads the rest
+
+    def hand_over(self, at: TabletPosition) -> TabletPosition:
+        """Where a split tablet's children go on from (module docstring, Splits): the refused
+        request's checkpoint, with a safe time at or past everything taken from this tablet. The
+        WAL segment index is the parent's sorting state and does not apply to a child's log."""
+        taken = self._last.commit_time if self._last is not None else -1
+        return TabletPosition(at.checkpoint, max(at.safe_hybrid_time, self.watermark, taken), 0)
 
     def _cut(self) -> None:
         """End before the record just taken (it belongs to the next window)."""
@@ -514,7 +528,7 @@ class WindowMerge:
         hold the parent's tables; YB sends a child's schema with its first response)."""
         if self._on_split is None:
             raise TabletSplitError(f"tablet {parent.tablet_id} was split (asked from {split.at.checkpoint})")
-        children = dict(self._on_split(parent.tablet_id, split.at))
+        children = dict(self._on_split(parent.tablet_id, parent.hand_over(split.at)))
         if len(children) < 2:
             raise CdcStateError(f"tablet {parent.tablet_id} was split into {sorted(children)}: two children expected")
         known = sorted(set(children) & {r.tablet_id for r in self._readers})

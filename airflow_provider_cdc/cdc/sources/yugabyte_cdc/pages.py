@@ -15,11 +15,17 @@ the window (``cdcsdk_producer.cc``, ``GetChangesForCDCSDK``):
 only sequences calls: the RPC (leader discovery, retries, errors) is the ``fetch`` callable's, and
 so is waiting when a tablet has nothing new yet (``on_idle``).
 
-**Splits.** A split tablet serves its records up to the split, then answers ``TABLET_SPLIT``
-(``cdcsdk_producer.cc`` reports the split only to a request with nothing left before the split op);
-``fetch`` raises :class:`TabletSplitError` then. :func:`poll_until_split` turns that into the last
-item of the tablet's pages, a :class:`Split` marker with the position that was refused, so that the
-merge can end the tablet there and go on with its children (:mod:`.merge`).
+**Splits.** Once a split is applied, the parent answers ``TABLET_SPLIT`` at once, with whatever it
+had not sent yet still unsent (``cdcsdk_producer.cc``, ``GetChangesForCDCSDK``:
+``TABLET_DATA_SPLIT_COMPLETED`` → "moving to children tablets immediately"); a request resuming a
+transaction is served first (no split check on that path), and while the split is being applied the
+parent may still serve up to its split op. Its children's logs start with a copy of the parent's up
+to the split op (``Log::CopyTo``), so they send what the parent did not. ``fetch`` raises
+:class:`TabletSplitError` on ``TABLET_SPLIT`` (and on ``INVALID_REQUEST`` for a parent the stream's
+tablets name as their split parent, :meth:`~.client.YbCdcClient.get_changes`).
+:func:`poll_until_split` turns that into the last item of the tablet's pages, a :class:`Split`
+marker with the position that was refused, so that the merge can end the tablet there and go on
+with its children from that position (:mod:`.merge`).
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ class TabletSplitError(CdcStateError):
 @dataclass(frozen=True)
 class Split:
     """The last item of a split tablet's pages (:func:`poll_until_split`): asked from ``at``, the
-    tablet answered ``TABLET_SPLIT``. Every record it had up to the split was in the pages before
-    (YB answers the split only to a request with nothing left before the split op)."""
+    tablet answered ``TABLET_SPLIT``. Records after ``at`` may not have been sent (YB answers at
+    once once the split is applied): the children send them, from ``at`` (:mod:`.merge`)."""
 
     at: TabletPosition
 

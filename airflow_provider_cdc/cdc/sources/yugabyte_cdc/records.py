@@ -55,6 +55,7 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
 )
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.carried_types import stored_oid
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import column_value
 from airflow_provider_cdc.cdc.tables import TableRef
@@ -158,10 +159,14 @@ def relation_columns(ddl: pb.RowMessage, types: TypeCache, catalog: TableInfo | 
     ordered = []
     for position, info in enumerate(ddl.schema.column_info):
         catalog_column = known.get(info.name)
-        same_type = catalog_column is not None and catalog_column[1].type.oid == info.oid
-        modifier = catalog_column[1].type.modifier if same_type else -1
+        # info.oid is DocDB's stored oid (an enum's is anyenum, a domain's its base type's): matched by name
+        same_type = catalog_column is not None and info.oid in (
+            stored_oid(catalog_column[1].type),
+            catalog_column[1].type.oid,
+        )
+        pg_type = catalog_column[1].type if same_type else types.get(info.oid, -1)
         place = (0, catalog_column[0]) if catalog_column is not None else (1, position)
-        ordered.append((place, Column(info.name, types.get(info.oid, modifier))))
+        ordered.append((place, Column(info.name, pg_type)))
     return tuple(column for _, column in sorted(ordered, key=lambda item: item[0]))
 
 

@@ -45,10 +45,12 @@ block (:func:`~.collector.yb_source_batch`): ``lsn`` the record's op id text, ``
 
 **Where the stream continues.** The window ends at ``YbLsn(T + 1)``; each tablet's stream starts
 at the snapshot's op id (``write_id 0``, ``snapshot_time 0``) with safe time ``T`` (every commit at
-or before ``T`` is in the snapshot), returned as the commit's ``source_state``. Nothing is stored
-on the server here beyond what a bootstrap records itself (the snapshot's op id as the tablet's
-checkpoint): the snapshot is not marked done (``snapshot_done_key``) and no ``SetCDCCheckpoint``
-is sent; the operator sets the checkpoints after the offset is saved. The
+or before ``T`` is in the snapshot), returned as the commit's ``source_state``. Once every
+tablet is read, each is marked done on the server (``snapshot_done_key``, as the connector does:
+YugabyteDB's ``UpdateSnapshotDone`` moves the row's safe time to the snapshot's). Beyond that
+and what a bootstrap records itself (the snapshot's op id as the tablet's checkpoint) nothing is stored here: no
+``SetCDCCheckpoint`` but the ``initial_checkpoint`` one that starts a never-started tablet; the
+operator sets the checkpoints after the offset is saved. The
 explicit checkpoint sent with every page is the bootstrap's (nothing of the snapshot is committed
 yet), so the server keeps everything after the snapshot's op id.
 """
@@ -403,9 +405,14 @@ class SnapshotPlan:
 
 def bootstrap(client: YbCdcClient, tablet_id: str) -> Page:
     """The tablet's bootstrap ``GetChanges`` (asking for the schema too): its answer's checkpoint
-    is the snapshot's op id and time."""
+    is the snapshot's op id and time. A tablet the server never started (``GetCheckpoint``
+    -1.-1: a stream created without a consistent snapshot, or a tablet added later) is started
+    first with ``SetCDCCheckpoint(0.0, initial_checkpoint)`` as the connector's ``makeStreamActive``
+    does: until then YB answers every ``GetChanges`` with "Stream ID ... is expired"."""
+    if client.get_checkpoint(tablet_id).never_set:
+        client.start_tablet(tablet_id)
     request = TabletPosition(BOOTSTRAP)
-    page = Page.of(request, client.get_changes(tablet_id, request, need_schema_info=True))
+    page = Page.of(request, client.get_changes(tablet_id, request, need_schema_info=True, starting=True))
     check_bootstrap(tablet_id, page.checkpoint)
     return page
 
@@ -496,6 +503,22 @@ def plan_snapshot(
     return SnapshotPlan(snapshot_ht, tables, tasks, starts)
 
 
+def mark_snapshots_done(spec: YbCdcJobSpec, plan: SnapshotPlan) -> None:
+    """Every read tablet's snapshot marked done on the server (``snapshot_done_key``, the
+    connector's ``markSnapshotDoneOnServer``; YugabyteDB's ``UpdateSnapshotDone`` moves the row's
+    safe time to the snapshot's). Before the commit: a run that fails after it snapshots again, and the bootstrap
+    marks the row "in snapshot" again; the checkpoint and the changes kept are not touched."""
+    with YbCdcClient(
+        parse_addresses(spec.master_addresses),
+        spec.stream_id,
+        tls=spec.tls,
+        get_changes_max_bytes=spec.get_changes_max_bytes,
+    ) as client:
+        for tablet_id, state in plan.tablets.items():
+            start = state.position.checkpoint
+            client.mark_snapshot_done(tablet_id, Checkpoint(start.term, start.index, snapshot_time=plan.snapshot_ht))
+
+
 def _not_in_stream(client: YbCdcClient, missing: Sequence[TableRef], tables: str) -> CdcConfigurationError:
     names = ", ".join(ref.quoted(POSTGRES_NAMES) for ref in missing)
     return CdcConfigurationError(
@@ -541,6 +564,7 @@ def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEnt
     rows = write_snapshot_tables(
         spark_provider(), writer, sink, spec, schemas, plan.tasks, reader_for, file_name=_task_file
     )
+    mark_snapshots_done(spec, plan)
     # Reading pages restarts the stream's expiry timer of every tablet read.
     state = source_state(plan.tablets, stream_id=spec.stream_id, last_read_ms=int(time.time() * 1000))
     return commit_snapshot(

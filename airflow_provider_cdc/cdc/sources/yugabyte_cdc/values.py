@@ -26,6 +26,11 @@ every other type                ``datum_string``              the type's output 
 NULL                            no datum (only the type)      SQL NULL
 ==============================  ============================  ==========================================
 
+Some columns the service cannot send (:mod:`.carried_types`): an untyped (oid 0) or composite
+column comes with no datum whatever its value, and a type outside the service's switch with
+``""``. Setup refuses such columns; should one reach a window anyway (a column added later),
+its missing datum or empty text is a :class:`DecodingError`, never a NULL or an empty value.
+
 A column an image does not carry is "not sent" (``UNCHANGED_TOAST``, pgoutput's ``'u'``): the
 caller decides that from the tuple (:mod:`.records`); a datum with ``datum_missing`` set is taken
 the same way. ``datum_bytes`` is never filled for YSQL by the code above; should it come, it is
@@ -43,6 +48,7 @@ from airflow_provider_cdc.cdc.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, ColumnValue
 from airflow_provider_cdc.cdc.sources.postgres.types import BYTEA, FLOAT4, INTERVAL, NUMERIC, PgType
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.carried_types import datum_type_not_sent, why_not_sent
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 INTERVAL_ARRAY = 1187  # _interval
@@ -52,6 +58,8 @@ def column_value(datum: pb.DatumMessagePB, pg_type: PgType) -> ColumnValue:
     """The value pgoutput would send for ``datum`` of a column of ``pg_type``: its text output
     (UTF-8), None for NULL, or ``UNCHANGED_TOAST`` for a value YB marks missing."""
     which = datum.WhichOneof("datum")
+    if which is None or (which == "datum_string" and not datum.datum_string):
+        _refuse_if_not_sent(datum, pg_type, which)
     if which is None:
         return None  # YB sends a NULL as the column's type with no datum (AddColumnToMap)
     resolved = pg_type.resolved()
@@ -73,6 +81,22 @@ def column_value(datum: pb.DatumMessagePB, pg_type: PgType) -> ColumnValue:
         return b"\\x" + datum.datum_bytes.hex().encode("ascii")
     raise DecodingError(
         f"column {datum.column_name!r}: a {which} value for type {resolved.name or resolved.oid} is not understood"
+    )
+
+
+def _refuse_if_not_sent(datum: pb.DatumMessagePB, pg_type: PgType, which: str | None) -> None:
+    """A missing datum or an empty string of a type the service cannot send is no value at all:
+    taking it for NULL or '' would silently replace the row's real value."""
+    why = why_not_sent(pg_type)
+    if why is None and datum_type_not_sent(datum.column_type):
+        why = f"the service sends no value of stored type oid {datum.column_type}"
+    if why is None:
+        return
+    got = "no value" if which is None else "an empty string"
+    raise DecodingError(
+        f"column {datum.column_name!r} ({pg_type.name or pg_type.type_name or pg_type.oid}): YugabyteDB's CDC "
+        f"service sent {got}, which may stand for any value ({why}). Capture the table with the "
+        "logical-replication YugabyteCapture, or change the column's type, and re-snapshot"
     )
 
 

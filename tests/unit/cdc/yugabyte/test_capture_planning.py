@@ -193,3 +193,47 @@ def test_partition_count_splits_large_tables_in_whole_waves():
     assert partition_count(-1, max_partitions=64, parallelism=4) == 4  # never analysed: one wave
     assert partition_count(9_000_000, max_partitions=64, parallelism=4) == 12
     assert partition_count(900_000_000, max_partitions=64, parallelism=4) == 64
+
+
+def test_a_slot_no_window_read_within_the_not_of_interest_timeout_has_lost_its_tables():
+    """A snapshot records when the first window must read its new slot (the slot's creation plus
+    cdcsdk_tablet_not_of_interest_timeout_secs); later, YugabyteDB keeps none of its tables' changes."""
+    due = NOW_MS - 60_000
+    stored = offset(NOW_HT - 5000, last_read_ms=None)
+    stored = replace(stored, extra={"source_state": {"last_read_ms": due - 4 * HOUR_MS, "first_poll_due_ms": due}})
+    reason, why = slot_unavailable(stored, slot(), retention_ms=8 * HOUR_MS, now_ms=NOW_MS)
+    assert reason == "slot_not_of_interest" and "cdcsdk_tablet_not_of_interest_timeout_secs" in why
+    with pytest.raises(WalLostError, match="not_of_interest"):
+        plan_stream_window(
+            mode="initial",
+            offset=stored,
+            slot=slot(),
+            identity=IDENTITY,
+            end=NOW_HT,
+            current=NOW_HT,
+            now_ms=NOW_MS,
+            retention_ms=8 * HOUR_MS,
+        )
+    in_time = replace(stored, extra={"source_state": {"last_read_ms": NOW_MS - HOUR_MS, "first_poll_due_ms": NOW_MS}})
+    assert slot_unavailable(in_time, slot(), retention_ms=8 * HOUR_MS, now_ms=NOW_MS) is None
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "text", "terminal"),
+    [
+        ("XX000", "stream ID 7d9c is expired for Tablet ID 55aa", True),
+        ("XX000", "Stream ID 7d9c is expired for Tablet ID 55aa", True),
+        ("40001", "Operation expired: Transaction 1f2e expired or aborted by a conflict", False),
+        ("XX000", "Operation expired: Timed out waiting for the tablet", False),
+    ],
+)
+def test_only_the_cdc_services_expiry_inside_a_stream_is_a_lost_slot(sqlstate, text, terminal):
+    """YugabyteDB's expiry text is "Stream ID … is expired for Tablet ID …" (cdc_service.cc
+    CheckStreamActive); other errors that say "expired" (a conflict, 40001; a timeout) stay transient."""
+    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.sources.postgres.replication import StreamErrorResponse
+    from airflow_provider_cdc.cdc.sources.yugabyte.admin import in_stream_error
+
+    error = in_stream_error("cdc_shop", StreamErrorResponse(f"stream failed: {text}", sqlstate, text))
+    assert isinstance(error, WalLostError) is terminal
+    assert isinstance(error, CdcTransientError) is not terminal

@@ -366,3 +366,41 @@ def test_folding_change_events_equals_folding_full_rows(spark, tmp_path):
     expected = [(1001, "Bob", "Ops"), (1002, "Carol", None)]
     assert states["d"] == expected
     assert states["c"] == expected  # 'u' kept the previous value; the explicit NULL is a null
+
+
+# -- char(n) and numeric(p,s) as YugabyteDB's walsender prints them --------------------------------
+
+
+def test_char_and_numeric_text_match_the_snapshots():
+    # YB's walsender rebuilds datums with typmod -1 (ybc_pggate.cc, YBCPgGetCDCConsistentChanges):
+    # char(n) arrives right-trimmed (DocDB stores it so) and numeric without trailing fraction
+    # zeros. The snapshot, a YSQL scan, prints both at the column's typmod: the events must agree.
+    from airflow_provider_cdc.cdc.event_settings import EventSettings
+    from airflow_provider_cdc.cdc.value_modes import ValueModes
+
+    code = PgType(1042, 7, "character(3)", "bpchar")  # typmod = n + 4
+    amount = PgType(1700, (14 << 16 | 4) + 4, "numeric(14,4)", "numeric")
+    columns = (Column("code", code), Column("amount", amount), Column("note", PgType(1042, -1, "bpchar", "bpchar")))
+    table = TableInfo(REF, OID, columns, ("code",), "f", True)
+    window = Window(1, "stream", YbLsn(ht(0)), YbLsn(ht(100)), 1_732_000_500_000)
+    out = Collected()
+    c = YbWindowCollector(
+        window=window,
+        tables={REF: table},
+        context=EventContext.of_window("yb", "yugabyte", window),
+        topic_prefix="yb",
+        previous_commit_lsn=None,
+        max_changes_per_chunk=1000,
+        flush=out,
+        settings=EventSettings(modes=ValueModes(decimal="string")),
+    )
+    rel = tuple(RelationColumn(col.name, col.type.oid, col.type.modifier, col.name == "code") for col in columns)
+    frames = [XLogData(0, encode(Relation(OID, "public", "employee", "f", rel)))]
+    frames += transaction(ht(1), 2, Insert(OID, (b"x", b"1.5", b"y ")))
+    frames += transaction(ht(2), 3, Delete(OID, "O", (b"x", b"10", b"y ")))
+    frames += transaction(ht(100), 99)
+    c.consume(frames)
+    c.finish()
+    insert, delete = out.rows()
+    assert insert["after"] == {"code": "x  ", "amount": "1.5000", "note": "y "}  # bpchar without length: as sent
+    assert delete["before"] == {"code": "x  ", "amount": "10.0000", "note": "y "}

@@ -156,7 +156,10 @@ class CheckpointTooOld(ServiceError):
 
 
 class StreamExpired(ServiceError):
-    """The stream was not polled within ``cdc_intent_retention_ms`` on this tablet. Terminal."""
+    """``Stream ID ... is expired for Tablet ID ...`` (``CheckStreamActive``): the stream was not polled
+    within ``cdc_intent_retention_ms`` on this tablet, or the tablet was never started (a stream
+    created without a consistent snapshot, before ``SetCDCCheckpoint``: same text). The client
+    tells the two apart by the tablet's stored checkpoint (``YbCdcClient.get_changes``)."""
 
 
 class StreamNotFound(ServiceError):
@@ -165,6 +168,19 @@ class StreamNotFound(ServiceError):
 
 class InvalidServiceRequest(ServiceError):
     """``INVALID_REQUEST`` and other codes retrying cannot cure (a tablet not in the stream, ...)."""
+
+
+def is_invalid_request(error: YbRpcError) -> bool:
+    """The CDC service's ``INVALID_REQUEST``. From ``GetChanges`` it is also a split parent whose
+    ``cdc_state`` row is gone and that no tablet names as its split parent any more
+    (``CheckTabletValidForStream``: "Tablet ID … is not part of stream ID …"); the Debezium
+    connector treats it as a split (``YugabyteDBStreamingChangeEventSource.java`` l.564). The
+    client decides which (:meth:`~..client.YbCdcClient.get_changes`)."""
+    return (
+        isinstance(error, InvalidServiceRequest)
+        and error.service == "yb.cdc.CDCService"
+        and error.code == _CDC.INVALID_REQUEST
+    )
 
 
 _CDC = pb.CDCErrorPB
@@ -222,7 +238,8 @@ def cdc_error(error: pb.CDCErrorPB, service: str = "yb.cdc.CDCService") -> Servi
         # GetChanges maps a NotFound from reading the WAL to CHECKPOINT_TOO_OLD (cdc_service.cc).
         cls = CheckpointTooOld
     elif any(marker in lowered for marker in _EXPIRED_MARKERS):
-        # CheckStreamActive: InternalError "stream ID ... is expired for Tablet ID ..." (INTERNAL_ERROR).
+        # CheckStreamActive: InternalError "Stream ID ... is expired for Tablet ID ..." (INTERNAL_ERROR;
+        # "stream ID" in older releases): real expiry, or a tablet never started.
         cls = StreamExpired
     elif any(marker in lowered for marker in _STREAM_MISSING_MARKERS):
         cls = StreamNotFound
