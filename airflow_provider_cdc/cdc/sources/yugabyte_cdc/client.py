@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -151,8 +151,32 @@ def replica_address(replica: pb.TabletLocationsPB.ReplicaPB) -> Address | None:
     return None
 
 
+class ClientSettings(Protocol):
+    """What :meth:`YbCdcClient.of` reads: a job spec's (or a snapshot source's) connection settings."""
+
+    @property
+    def master_addresses(self) -> str: ...
+    @property
+    def stream_id(self) -> str: ...
+    @property
+    def tls(self) -> TlsOptions | None: ...
+    @property
+    def get_changes_max_bytes(self) -> int: ...
+
+
 class YbCdcClient:
     """One stream's session with a cluster. Not thread-safe; close it (or use ``with``)."""
+
+    @classmethod
+    def of(cls, where: ClientSettings) -> YbCdcClient:
+        """A client for a job spec (or a snapshot task's source): its masters, stream, TLS and
+        ``GetChanges`` frame cap."""
+        return cls(
+            parse_addresses(where.master_addresses),
+            where.stream_id,
+            tls=where.tls,
+            get_changes_max_bytes=where.get_changes_max_bytes,
+        )
 
     def __init__(
         self,

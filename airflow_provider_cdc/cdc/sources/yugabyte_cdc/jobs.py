@@ -29,7 +29,7 @@ from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext
 from airflow_provider_cdc.cdc.sources.postgres.jobs import topics_of
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YbCdcWindowCollector
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import Pages, WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
@@ -153,12 +153,7 @@ def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntr
         name = f"{row.pgschema_name}.{row.table}"
         return name if name in captured else None
 
-    with YbCdcClient(
-        parse_addresses(spec.master_addresses),
-        spec.stream_id,
-        tls=spec.tls,
-        get_changes_max_bytes=spec.get_changes_max_bytes,
-    ) as client:
+    with YbCdcClient.of(spec) as client:
         record_type = spec.record_type_value
         if record_type is None:
             record_type = client.record_type()

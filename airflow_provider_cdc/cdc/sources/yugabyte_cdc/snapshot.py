@@ -83,7 +83,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     TabletPosition,
     TabletState,
 )
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BLOCK, record_lsn, yb_source_batch
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, Page
@@ -351,12 +351,7 @@ class SnapshotSource:
     get_changes_max_bytes: int = methods.GET_CHANGES_MAX_BYTES
 
     def client(self) -> YbCdcClient:
-        return YbCdcClient(
-            parse_addresses(self.master_addresses),
-            self.stream_id,
-            tls=self.tls,
-            get_changes_max_bytes=self.get_changes_max_bytes,
-        )
+        return YbCdcClient.of(self)
 
 
 def read_tablet(source: SnapshotSource, table: SnapshotTable, task: TabletTask) -> Iterator[pa.RecordBatch]:
@@ -508,12 +503,7 @@ def mark_snapshots_done(spec: YbCdcJobSpec, plan: SnapshotPlan) -> None:
     connector's ``markSnapshotDoneOnServer``; YugabyteDB's ``UpdateSnapshotDone`` moves the row's
     safe time to the snapshot's). Before the commit: a run that fails after it snapshots again, and the bootstrap
     marks the row "in snapshot" again; the checkpoint and the changes kept are not touched."""
-    with YbCdcClient(
-        parse_addresses(spec.master_addresses),
-        spec.stream_id,
-        tls=spec.tls,
-        get_changes_max_bytes=spec.get_changes_max_bytes,
-    ) as client:
+    with YbCdcClient.of(spec) as client:
         for tablet_id, state in plan.tablets.items():
             start = state.position.checkpoint
             client.mark_snapshot_done(tablet_id, Checkpoint(start.term, start.index, snapshot_time=plan.snapshot_ht))
@@ -531,12 +521,7 @@ def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEnt
     """Snapshot the captured tables through the CDC service into the sink and commit the window
     (ending at the snapshot time + 1), with each tablet's streaming start as ``source_state``."""
     started = time.monotonic()
-    with YbCdcClient(
-        parse_addresses(spec.master_addresses),
-        spec.stream_id,
-        tls=spec.tls,
-        get_changes_max_bytes=spec.get_changes_max_bytes,
-    ) as client:
+    with YbCdcClient.of(spec) as client:
         plan = plan_snapshot(client, spec.tables, spec.events, dict(spec.table_ids))
     ht = plan.snapshot_ht
     faults.point("snapshot.exported")
