@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from airflow_provider_cdc import __version__
 
+#: The documentation (also pyproject.toml's Documentation URL, which Airflow shows with the provider).
+DOCUMENTATION_URL = "https://github.com/airflow-provider-cdc/airflow-provider-cdc/blob/main/docs/index.md"
+
 # The CDC connection types' own form fields, stored in the connection's extra under these names
 # (the hooks read them from plain postgres/mssql/odbc connections' extra too). Declared here,
 # not as hook widgets, so the UI gets them without importing the hooks (Airflow 3.2+).
@@ -127,6 +130,7 @@ def get_provider_info() -> dict:
         "Debezium-compatible change "
         "events, run on Spark.",
         "versions": [__version__],
+        "documentation-url": DOCUMENTATION_URL,
         "config": _CONFIG,
         "integrations": [
             {
@@ -219,7 +223,10 @@ def get_provider_info() -> dict:
             },
             {
                 "integration-name": "YugabyteDB change capture",
-                "python-modules": ["airflow_provider_cdc.triggers.yugabyte_cdc"],
+                "python-modules": [
+                    "airflow_provider_cdc.triggers.yugabyte_cdc",
+                    "airflow_provider_cdc.triggers.yugabyte_cdc_service",
+                ],
             },
         ],
     }

@@ -35,8 +35,9 @@ from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
 from airflow_provider_cdc.cdc.positions import Position
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sinks.formats import check_table_sink
-from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, validate_watermarks
+from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
+from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
+from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
 from airflow_provider_cdc.cdc.value_modes import ValueModes
 from airflow_provider_cdc.cdc.window import Window
@@ -84,8 +85,11 @@ class Capture(ABC):
     # by anyone else (docs/operators.md).
     offset_table_owner: str | None = None
     spark_conn_id: str | None = None
-    spark_master: str = "local[*]"
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    # The in-process session's master (without spark_conn_id): local[2], two of the worker's cores,
+    # not all of them (local[*]): the worker runs other tasks. Needs the [spark] extra (pyspark).
+    spark_master: str = DEFAULT_SPARK_MASTER
+    # Left out of the repr (log lines, the serialized DAG of a mapped task): it may hold credentials.
+    spark_conf: Mapping[str, str] = field(default_factory=dict, repr=False)
     spark_application: str | None = None
     max_changes_per_chunk: int = 100_000
     snapshot_partition_bytes: int = 256 * 1024 * 1024
@@ -114,6 +118,31 @@ class Capture(ABC):
     # may trigger the DAG writes the conf. Filters and surrogate keys never come from it.
     run_conf_signals: Sequence[str] = ()
 
+    #: The settings a repr shows: identifiers only. A repr reaches log lines and the serialized DAG
+    #: of a mapped task (partial_kwargs), so settings that may hold a secret stay out: spark_conf,
+    #: column_masks (a hash mask's name holds its salt), table_catalog properties, SQL.
+    REPR_FIELDS: ClassVar[tuple[str, ...]] = (
+        "topic_prefix",
+        "tables",
+        "table_include_list",
+        "table_exclude_list",
+        "sink_path",
+        "sink_format",
+        "snapshot_mode",
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # @dataclass keeps a __repr__ the class already has: each source's capture keeps this one.
+        cls.__repr__ = Capture.__repr__  # type: ignore[method-assign]
+
+    def __repr__(self) -> str:
+        from dataclasses import fields
+
+        names = [f.name for f in fields(self) if f.name.endswith("_conn_id")] + list(self.REPR_FIELDS)
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in names if getattr(self, n, None) not in (None, (), ""))
+        return f"{type(self).__name__}({shown})"
+
     def __post_init__(self) -> None:
         validate_topic_prefix(self.topic_prefix)
         validate_snapshot_mode(self.snapshot_mode)
@@ -137,9 +166,10 @@ class Capture(ABC):
             raise CdcConfigurationError(f"tables listed more than once: {', '.join(duplicates)}")
         self.tables = refs
         self.validate_source()
-        if not self.sink_path or not str(self.sink_path).strip():
-            raise CdcConfigurationError("sink_path is required (a local directory or a Hadoop URI)")
-        check_table_sink(self.sink_format, str(self.sink_path), self.table_catalog)
+        # Fixed at parse: it names the outlets (Jinja, relative paths and '%' are refused, see there).
+        self.sink_path = check_path_setting(self.sink_path, "sink_path")
+        check_table_sink(self.sink_format, self.sink_path, self.table_catalog)
+        check_table_names(self.sink_format, self.topic_prefix, refs)
         if self.table_catalog_conn_id is not None and self.sink_format != "iceberg":
             raise CdcConfigurationError(f"table_catalog_conn_id is for sink_format='iceberg', not {self.sink_format!r}")
         if self.heartbeat_action_query is not None and not str(self.heartbeat_action_query).strip():

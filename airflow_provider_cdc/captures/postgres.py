@@ -16,26 +16,30 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
+from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sources.postgres import admin, planning
-from airflow_provider_cdc.cdc.sources.postgres.admin import PUBLICATION_MODES
-from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
-from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
-from airflow_provider_cdc.cdc.sources.postgres.types import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
+from airflow_provider_cdc.cdc.value_modes import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
 
 if TYPE_CHECKING:
+    from airflow_provider_cdc.cdc.sources.postgres import admin, planning
+    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
     from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook, PreflightReport
+else:  # the engine (pyarrow, numpy, psycopg) loads when a task uses it, not when a DAG file is parsed
+    admin = lazy_module("airflow_provider_cdc.cdc.sources.postgres.admin")
+    planning = lazy_module("airflow_provider_cdc.cdc.sources.postgres.planning")
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
@@ -113,7 +117,12 @@ class PostgresCapture(Capture):
         from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcChangesTrigger
 
         return PostgresCdcChangesTrigger(
-            self.postgres_conn_id, self.resolved_slot_name, int(sensor.min_pending_bytes), float(sensor.poke_interval)
+            self.postgres_conn_id,
+            self.resolved_slot_name,
+            int(sensor.min_pending_bytes),
+            float(sensor.poke_interval),
+            # The trigger decodes pending WAL too, or it would fire on WAL the poke would not accept.
+            publication_name=self.resolved_publication_name if sensor.require_captured_change else None,
         )
 
     def connection_errors(self) -> tuple[type[BaseException], ...]:
@@ -213,6 +222,8 @@ class PostgresCapture(Capture):
         with hook.session() as conn, problems.check():
             tables = self.resolve_tables(conn)
         report = hook.preflight(tables, slot_name=self.resolved_slot_name if streams else None, problems=problems)
+        from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+
         for described in report.tables.values():  # column filters and masks that cannot apply
             with problems.check():
                 TableEncoder(described, described.columns, self.event_settings())
@@ -371,6 +382,8 @@ class PostgresRun(SourceRun):
         checkpoint: dict[str, Any] | None,
         gap: CaptureGap | None = None,
     ) -> PostgresJobSpec:
+        from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
+
         return PostgresJobSpec(**spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap))
 
 

@@ -196,7 +196,8 @@ class SqlServerCapture(Capture):
                 ) from None
         if conn is None:
             problems.raise_if_any()
-        assert conn is not None
+        if conn is None:  # raise_if_any above reports why it could not connect
+            raise RuntimeError("setup's preflight found no problem but has no connection")
         store = self.store()
         try:
             server = admin.server_info(conn)

@@ -20,26 +20,32 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.captures.base import SourceRun
 from airflow_provider_cdc.captures.postgres import PostgresCapture, spec_fields
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
-from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
-from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning, publications
+from airflow_provider_cdc.cdc.sources.yugabyte import LSN_TYPES
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
-from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
 
 if TYPE_CHECKING:
+    from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
+    from airflow_provider_cdc.cdc.sources.yugabyte import admin, planning, publications
+    from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
     from airflow_provider_cdc.hooks.yugabyte_cdc import YugabyteCdcHook
+else:  # the engine (pyarrow, numpy, psycopg) loads when a task uses it, not when a DAG file is parsed
+    pg_admin = lazy_module("airflow_provider_cdc.cdc.sources.postgres.admin")
+    admin = lazy_module("airflow_provider_cdc.cdc.sources.yugabyte.admin")
+    planning = lazy_module("airflow_provider_cdc.cdc.sources.yugabyte.planning")
+    publications = lazy_module("airflow_provider_cdc.cdc.sources.yugabyte.publications")
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +97,8 @@ class YugabyteCapture(PostgresCapture):
         self.postgres_conn_id = self.postgres_conn_id or self.yugabytedb_conn_id
         if not self.postgres_conn_id:
             raise CdcConfigurationError("yugabytedb_conn_id is required")
-        if self.lsn_type not in admin.LSN_TYPES:
-            raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(admin.LSN_TYPES)}")
+        if self.lsn_type not in LSN_TYPES:
+            raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(LSN_TYPES)}")
         if self.message_prefix_include_list or self.message_prefix_exclude_list:
             raise CdcConfigurationError(
                 "message_prefix_include_list / message_prefix_exclude_list: YugabyteDB never streams logical "
@@ -263,6 +269,8 @@ class YugabyteCapture(PostgresCapture):
             slot = admin.slot_status(conn, self.resolved_slot_name)
             if slot is not None and server is not None:
                 problems.add(admin.slot_problems(slot, server.database, self.lsn_type))
+        from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+
         for table in described.values():
             with problems.check():
                 TableEncoder(table, table.columns, self.event_settings())
@@ -281,7 +289,8 @@ class YugabyteCapture(PostgresCapture):
                 PublicationError,
             )
         problems.raise_if_any()
-        assert server is not None
+        if server is None:  # raise_if_any above reports why it could not be read
+            raise RuntimeError("setup's preflight found no problem but read no server information")
         return server, described, published
 
     # -- runs ------------------------------------------------------------------------------------
@@ -434,7 +443,8 @@ class YugabyteRun(SourceRun):
         if offset is not None and plan.window == offset.pending:
             return plan  # a retry: the same window, found when it was first planned
         window = plan.window
-        assert window.from_lsn is not None
+        if window.from_lsn is None:
+            raise CdcStateError(f"planned {window.describe()} has no start position")
         if requested is not None:
             end = max(int(requested), int(window.from_lsn))
         else:
@@ -531,6 +541,8 @@ class YugabyteRun(SourceRun):
             slot = self.status()
             snapshot_ht = None if slot is None else slot.restart_commit_ht
         fields = spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap)
+        from airflow_provider_cdc.cdc.sources.yugabyte.spec import YugabyteJobSpec
+
         return YugabyteJobSpec(
             **{**fields, "incremental": None},
             snapshot_ht=snapshot_ht if window.kind == "snapshot" else None,

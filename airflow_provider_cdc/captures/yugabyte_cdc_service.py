@@ -33,13 +33,12 @@ from airflow_provider_cdc.captures.base import SourceRun
 from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.yugabyte import DEFAULT_INTENT_RETENTION_MS
 from airflow_provider_cdc.cdc import planning as core
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, SnapshotRequiredError, WalLostError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, SnapshotRequiredError, WalLostError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
 from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
@@ -199,9 +198,20 @@ class YugabyteCdcServiceCapture(PostgresCapture):
         return Readiness("ready", f"stream {self.stream_id} can deliver", detail=status.to_dict() if status else {})
 
     def readiness_trigger(self, sensor: Any, context: Any) -> Any:
-        raise CdcConfigurationError(
-            "deferrable readiness is not available for YugabyteCdcServiceCapture yet: use the sensor with "
-            "deferrable=False (mode='reschedule' frees the worker slot between pokes)"
+        """Waits for the cluster's clock (the poke already checked the stream against the tables)."""
+        from airflow_provider_cdc.cdc.sources.yugabyte import planning
+        from airflow_provider_cdc.operators.cdc import _utc_time
+        from airflow_provider_cdc.triggers.yugabyte_cdc_service import YugabyteCdcServiceChangesTrigger
+
+        until = _utc_time(sensor.wait_until, sensor.task_id)
+        offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
+        return YugabyteCdcServiceChangesTrigger(
+            self.postgres_conn_id,
+            self.stream_id,
+            None if until is None else until.isoformat(),
+            float(sensor.poke_interval),
+            planning.expiry_ms(offset, self.intent_retention_ms),  # type: ignore[arg-type]
+            master_addresses=self.master_addresses,
         )
 
     # -- setup -----------------------------------------------------------------------------------
@@ -239,6 +249,8 @@ class YugabyteCdcServiceCapture(PostgresCapture):
 
             problems.add(uncarried_problems(described.values()), heading="captured tables are not ready")
             ids = admin.database_ids(conn, list(described))
+        from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+
         for table in described.values():
             with problems.check():
                 TableEncoder(table, table.columns, self.event_settings())
@@ -255,7 +267,8 @@ class YugabyteCdcServiceCapture(PostgresCapture):
                 )
         problems.raise_if_any()
         load_offset(store, self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
-        assert status is not None
+        if status is None:  # raise_if_any above reports why it could not be read
+            raise RuntimeError("setup's preflight found no problem but read no CDC stream status")
         log.info(
             "capture %s ready: stream %s (%s, %s checkpoints), %d table(s)",
             self.topic_prefix,
@@ -345,7 +358,10 @@ class YugabyteCdcServiceRun(SourceRun):
         problems = admin.stream_problems(status, self.ids, self.stream_id)
         if problems:
             raise CdcConfigurationError(f"capture {self.capture.topic_prefix!r}: " + "; ".join(problems))
-        assert status is not None
+        if status is None:
+            raise CdcConfigurationError(
+                f"capture {self.capture.topic_prefix!r}: CDC stream {self.stream_id!r} not found"
+            )
         return status
 
     def unavailable(self, offset: CaptureOffset | None, status: StreamStatus | None) -> tuple[str, str] | None:
@@ -400,7 +416,8 @@ class YugabyteCdcServiceRun(SourceRun):
             # the pending window, so a retry starts where this attempt did.
             tablets = admin.bootstrap_tablets(self.client, admin.stream_tablets(self.client, self._table_ids()))
             start = start.with_tablets(tablets, self.stream_id)  # type: ignore[attr-defined]
-        assert start.lsn is not None
+        if start.lsn is None:
+            raise CdcStateError(f"capture {self.capture.topic_prefix!r}: the stream window has no start position")
         if until is not None:
             end = ht_from_datetime(until if until.tzinfo else until.replace(tzinfo=timezone.utc)) - 1
             if end > current:

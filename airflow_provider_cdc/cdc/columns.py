@@ -18,11 +18,12 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+
+if TYPE_CHECKING:  # pyarrow loads where masks apply, not when a DAG file is parsed
+    import pyarrow as pa
 
 _MASK = re.compile(r"^column\.mask\.with\.(\d+)\.chars$")
 _HASH = re.compile(r"^column\.mask\.hash\.(?:v2\.)?([A-Za-z0-9-]+)\.with\.salt\.(.+)$")
@@ -42,6 +43,9 @@ class MaskRule:
 
     def apply(self, values: pa.Array, max_length: int | None) -> pa.Array:
         """Transform a string array (nulls stay null)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if self.kind == "truncate":
             return pc.utf8_slice_codeunits(values, 0, self.length)
         if self.kind == "mask":

@@ -11,9 +11,11 @@ consumers can see the discontinuity instead of trusting a history with a silent 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:  # pyarrow loads when a gap is written, not when a DAG file is parsed
+    import pyarrow as pa
 
 #: PostgreSQL: the slot is gone, its WAL was removed, or it moved past the offset; SQL Server: the
 #: cleanup job purged unread change rows, or a capture instance was disabled; YugabyteDB: the slot
@@ -31,18 +33,30 @@ GAP_REASONS = (
     "stream_replaced",  # ... a new stream replaces the one the checkpoints belong to
 )
 
-GAP_SCHEMA = pa.schema(
-    [
-        pa.field("window_id", pa.string(), nullable=False),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("detail", pa.string(), nullable=False),
-        pa.field("last_window_id", pa.string()),
-        pa.field("last_lsn", pa.string()),
-        pa.field("slot_confirmed_lsn", pa.string()),
-        pa.field("wal_status", pa.string()),
-        pa.field("detected_ts_ms", pa.int64(), nullable=False),
-    ]
-)
+
+@cache
+def gap_schema() -> pa.Schema:
+    """The ``capture_gap`` side table's schema."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("window_id", pa.string(), nullable=False),
+            pa.field("reason", pa.string(), nullable=False),
+            pa.field("detail", pa.string(), nullable=False),
+            pa.field("last_window_id", pa.string()),
+            pa.field("last_lsn", pa.string()),
+            pa.field("slot_confirmed_lsn", pa.string()),
+            pa.field("wal_status", pa.string()),
+            pa.field("detected_ts_ms", pa.int64(), nullable=False),
+        ]
+    )
+
+
+def __getattr__(name: str) -> Any:  # GAP_SCHEMA, built on first use
+    if name == "GAP_SCHEMA":
+        return gap_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,8 @@ class CaptureGap:
         stored one, or None), with what the source can say about its reader."""
         from airflow_provider_cdc.cdc.window import window_id_for
 
-        assert decision.gap_reason is not None
+        if decision.gap_reason is None:
+            raise TypeError("CaptureGap.of takes a snapshot decision that records a gap (gap_reason is None)")
         return cls(
             reason=decision.gap_reason,
             detail=decision.reason,
@@ -94,4 +109,6 @@ class CaptureGap:
         return cls(**data)
 
     def to_batch(self, window_id: str) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pylist([{"window_id": window_id, **self.to_dict()}], schema=GAP_SCHEMA)
+        import pyarrow as pa
+
+        return pa.RecordBatch.from_pylist([{"window_id": window_id, **self.to_dict()}], schema=gap_schema())

@@ -304,7 +304,8 @@ def apply_signal(
         )
         for ref in targets:
             progress = state.progress(ref)
-            assert progress is not None
+            if progress is None:
+                raise RuntimeError(f"active incremental snapshot table {ref} has no progress")
             state = state.with_table(replace(progress, status="stopped"))
         stopped = set(targets)
         state = replace(state, staged=tuple(c for c in state.staged if c.table not in stopped))

@@ -195,8 +195,7 @@ class IncrementalRun:
             self.notes.append(note)
         if state.active and not state.paused and reader is None:
             self.notes.append("incremental snapshot waiting: this capture cannot read chunks (no signal table)")
-        elif state.active and not state.paused:
-            assert reader is not None
+        elif state.active and not state.paused and reader is not None:
             state, notes = read_chunks(
                 state,
                 self.tables,

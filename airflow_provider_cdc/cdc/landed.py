@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, topic_location
 from airflow_provider_cdc.cdc.sinks.storage import is_uri
 from airflow_provider_cdc.cdc.tables import TableRef
 
@@ -59,7 +59,7 @@ def base_uri(path: str) -> str:
 
 
 def dataset_uri(path: str, topic: Topic) -> str:
-    return f"{base_uri(path)}/{topic.directory}"
+    return topic_location(base_uri(path), topic.directory)
 
 
 def capture_datasets(

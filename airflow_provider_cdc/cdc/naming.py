@@ -4,13 +4,23 @@ Topic names stay exactly as Debezium spells them. Directory names must survive e
 system and never collide, so each part is percent-encoded except ``[A-Za-z0-9_-]`` (dots,
 spaces, quotes, slashes and non-ASCII characters are all escaped) and the parts are joined with
 dots. Unlike Debezium's ``_`` replacement this is reversible, so ``a.b``/``a_b`` cannot collide.
+
+That escaping is the only one: a directory name is used as it is everywhere else. Every path
+the provider builds is a *path string* in Hadoop's sense (the directory's name verbatim, never
+percent-encoded again): local paths, Arrow paths, Spark (Hadoop ``Path``) strings, the lake
+tables' locations and the ``file://`` URIs of Airflow assets and OpenLineage datasets (Airflow's
+own ``file`` assets carry the path verbatim too). Libraries that hand back real, percent-encoded
+URIs (Spark's ``inputFiles()``, Delta's ``file_uris()``) go through :func:`path_from_uri` once
+before anything else reads them, and a path string handed to a library that decodes URIs
+(Arrow) goes through :func:`encoded_uri`: a ``%`` read twice is how ``acc.Sales%20Dept`` became
+``acc.Sales%2520Dept``, and one read as an escape makes it ``acc.Sales Dept``.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 
@@ -53,6 +63,32 @@ def side_topics(prefix: str) -> frozenset[str]:
 def topic_directory(*parts: str) -> str:
     """Directory name for a topic given its parts (prefix, schema, table)."""
     return ".".join(_escape(p) for p in parts)
+
+
+def topic_location(base: str, directory: str) -> str:
+    """The path string of a topic's ``directory`` under a base path or URI (the name verbatim)."""
+    return f"{base.rstrip('/')}/{directory}"
+
+
+def path_from_uri(uri: str) -> str:
+    """The path string of a file a library reported as a percent-encoded URI (Spark's
+    ``inputFiles()``, Delta's ``file_uris()``): decoded once, so ``%2520`` is the ``%20`` of
+    the escaped directory name again, which Spark, Arrow and the file system read verbatim."""
+    return unquote(uri)
+
+
+def encoded_uri(uri: str) -> str:
+    """A URI built as a path string (``scheme://authority/<path verbatim>``) percent-encoded, for
+    a library that decodes the URIs it is given (Arrow's ``FileSystem.from_uri``, ``dataset``)."""
+    scheme, sep, rest = uri.partition("://")
+    authority, slash, path = rest.partition("/")
+    path, mark, query = path.partition("?")  # Arrow's options (s3://b/p?region=...) stay as they are
+    return f"{scheme}{sep}{authority}{slash}{quote(path, safe='/=')}{mark}{query}"
+
+
+def directory_parts(directory: str) -> tuple[str, ...]:
+    """The name parts (prefix, schema, table ...) of a topic directory: :func:`topic_directory` undone."""
+    return tuple(unquote(part) for part in directory.split("."))
 
 
 def commit_log_directory(prefix: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
+    CdcStateError,
     InvalidLsnError,
     OffsetMismatchError,
     SnapshotRequiredError,
@@ -195,7 +196,8 @@ def restore_from_log(
     offset: OffsetT | None = None
     for entry in committed() if committed is not None else [last_commit]:
         offset = offset_after_commit(offset, entry, identity, offset_type=offset_type)
-    assert offset is not None
+    if offset is None:
+        raise CdcStateError(f"{where} holds no committed window to restore the offset from")
     return offset
 
 
@@ -326,7 +328,8 @@ def plan_window(
     """The next stream window from a reconciled offset that has a start position: the pending
     window again when this is a retry, else ``[offset.lsn, target)`` (``target`` fixed at run
     start, no later than ``current``, the source's newest position)."""
-    assert offset.lsn is not None
+    if offset.lsn is None:
+        raise RuntimeError("plan_stream_window needs an offset with a start position")
     pending = offset.pending
     if (
         pending is not None

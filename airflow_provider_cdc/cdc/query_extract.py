@@ -26,18 +26,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, InvalidOffsetError
 from airflow_provider_cdc.cdc.naming import Topic, landed_path_problem, topic_directory
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window, window_id_for
+
+if TYPE_CHECKING:  # pyarrow loads when a window runs, not when a DAG file (QueryExtraction) is parsed
+    import pyarrow as pa
+
+    from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ class QuerySource(Protocol):
 
 def _row_text(columns: list[pa.Array]) -> pa.Array:
     """Each row's exact text (all columns; nulls distinct from empty strings), for dedup."""
+    import pyarrow.compute as pc
+
     marked = [pc.if_else(pc.is_null(c), "\x00N", pc.binary_join_element_wise("\x00V", c, "")) for c in columns]
     return pc.binary_join_element_wise(*marked, "\x1f")
 
@@ -181,6 +184,11 @@ def run_query_window(
     run: dict[str, Any] | None = None,
 ) -> CommitEntry:
     """Extract one window and commit it; returns the commit entry (the caller stores the offset)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
+
     started = time.monotonic()
     watermark = offset.watermark if offset else None
     sink = ParquetSink(sink_path, extraction.topic_prefix, spark_provider)
@@ -276,6 +284,7 @@ def _read_seen(sink: ParquetSink, path: str | None) -> set[str]:
 
         table = ds.dataset(uri, format="parquet").to_table()
     else:
-        assert sink.spark_provider is not None
+        if sink.spark_provider is None:
+            raise CdcConfigurationError(f"reading {uri} needs Spark (the sink is not a local directory): none here")
         table = sink.spark_provider().read.parquet(uri).toArrow()
     return set(table.column("row").to_pylist())

@@ -208,7 +208,8 @@ class _Parser:
             if match is None or match.end() == pos:
                 raise self.error(f"unexpected {text[pos:].lstrip()[:20]!r}")
             kind = match.lastgroup
-            assert kind is not None
+            if kind is None:
+                raise RuntimeError(f"token at {pos} matched no named group")
             self.tokens.append((kind, match.group(kind)))
             pos = match.end()
         self.i = 0
@@ -501,7 +502,8 @@ def render(node: Node, names: Mapping[Column, str], spell: Speller[T]) -> T:
         column = spell.column(names[n.column])
         neg = "NOT " if getattr(n, "negated", False) else ""
         if isinstance(n, Compare):
-            assert n.op in COMPARISONS
+            if n.op not in COMPARISONS:
+                raise RuntimeError(f"comparison {n.op!r} is not one of {', '.join(COMPARISONS)}")
             return spell.join(
                 [spell.keyword("("), column, spell.keyword(f" {n.op} "), spell.value(n.value), spell.keyword(")")]
             )

@@ -189,7 +189,9 @@ def decide(
                 "(a retry, or a clear of a run that landed): reports them",
                 landed,
             )
-    return RunDecision(False, f"{run.describe()}: no {kind} window of this run landed yet: captures")
+    # Says what happens next: for a snapshot, whether one is due is decided (and logged) after this.
+    then = "checks whether a snapshot is due" if kind == "snapshot" else "captures"
+    return RunDecision(False, f"{run.describe()}: no {kind} window of this run landed before: {then}")
 
 
 def _ids(entries: tuple[CommitEntry, ...] | list[CommitEntry]) -> str:

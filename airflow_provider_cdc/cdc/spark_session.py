@@ -8,7 +8,13 @@ Settings that are not tuning but correctness:
   batch of the wrong shape fails loudly instead of corrupting data.
 
 ``pyspark`` is imported only here and only when a session is needed: DAG parsing and idle
-windows never start a JVM.
+windows never start a JVM. It is an optional dependency (the ``[spark]`` extra): without it, the
+first session raises :class:`SparkNotInstalledError` with the line to install it (under Airflow
+also an ``AirflowOptionalProviderFeatureException``, as Airflow's providers raise for theirs).
+
+The in-process default master is ``local[2]`` (``cdc.spec.DEFAULT_SPARK_MASTER``) with 1 GiB of
+driver memory (:data:`DEFAULT_CONF`): a task shares its worker with others, so it takes two cores,
+not all of them (``local[*]``); a capture's ``spark_master``/``spark_conf`` raise either.
 
 The JVM's standard error does not go to the process's own: Airflow logs a task process's
 standard error at ERROR level, line by line, and the JVM starts with notices such as
@@ -30,8 +36,10 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from importlib import resources
+from pathlib import Path
 from typing import IO, Any
 
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.spec import SparkOptions
 
 REQUIRED_CONF = {
@@ -50,9 +58,102 @@ DEFAULT_CONF = {
 }
 
 
+#: How to get pyspark where it is missing.
+SPARK_INSTALL_LINE = "pip install 'airflow-provider-cdc[spark]'"
+
+
+class SparkNotInstalledError(CdcConfigurationError):
+    """pyspark is not installed where a Spark session was needed (an engine error: no Airflow here)."""
+
+
+_AIRFLOW_FLAVOUR = "AirflowSparkNotInstalledError"
+_flavour_lock = threading.Lock()
+
+
+def _airflow_flavour() -> type[SparkNotInstalledError] | None:
+    """:class:`SparkNotInstalledError` that is also Airflow's optional-feature error (None without
+    Airflow), as this module's ``AirflowSparkNotInstalledError``.
+
+    Made on first use, not at import: importing Airflow takes seconds and initialises its settings,
+    and spark-submit drivers import this module without needing it. Bound once as a module
+    attribute (and made on demand by the module's ``__getattr__`` in a process that has not raised
+    it yet), so the error pickles and unpickles by name like any exception: Airflow and
+    multiprocessing send errors between processes."""
+    with _flavour_lock:
+        made = globals().get(_AIRFLOW_FLAVOUR)
+        if made is not None:
+            return made
+        try:
+            from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
+        except ImportError:
+            try:  # an Airflow whose Task SDK does not define it yet
+                from airflow.exceptions import AirflowOptionalProviderFeatureException
+            except ImportError:  # the engine without Airflow (spark-submit drivers, scripts)
+                return None
+
+        class AirflowSparkNotInstalledError(SparkNotInstalledError, AirflowOptionalProviderFeatureException):
+            """Both: Airflow's type for whoever catches it, and a terminal configuration error for the
+            operators (a retry cannot install a package: the task fails without retries)."""
+
+        AirflowSparkNotInstalledError.__qualname__ = _AIRFLOW_FLAVOUR  # where pickle looks it up
+        globals()[_AIRFLOW_FLAVOUR] = AirflowSparkNotInstalledError
+        return AirflowSparkNotInstalledError
+
+
+def __getattr__(name: str) -> Any:
+    if name == _AIRFLOW_FLAVOUR and (made := _airflow_flavour()) is not None:
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def spark_not_installed(cause: ImportError) -> CdcConfigurationError:
+    """The error for a missing pyspark: under Airflow, also Airflow's optional-feature error."""
+    message = (
+        f"Spark is not installed in this Python ({cause}): capture jobs without a spark_conn_id run in an "
+        f"in-process Spark session, which needs pyspark. Install the provider's Spark extra on the workers: "
+        f"{SPARK_INSTALL_LINE}; or give the capture a spark_conn_id to submit its jobs to a Spark installation"
+    )
+    return (_airflow_flavour() or SparkNotInstalledError)(message)
+
+
+def require_pyspark() -> None:
+    """Import pyspark, or raise :func:`spark_not_installed`'s error naming the extra to install."""
+    try:
+        import pyspark.sql  # noqa: F401
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("pyspark", "py4j"):
+            raise  # pyspark is there but broken: its own error says more
+        raise spark_not_installed(exc) from None
+
+
+def check_pyspark_release() -> None:
+    """Refuse a pyspark whose Python files and JVM jars are different Spark releases.
+
+    ``pyspark`` and ``pyspark-client`` (which Airflow's Spark provider requires) both install the
+    ``pyspark`` package; when pip picks different releases of the two, the last one installed
+    wins the Python files while the jars stay the other's, and the first Spark job fails deep in
+    py4j ("Constructor ... does not exist"). Say so before a session starts."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    cores = sorted(jars.glob("spark-core_*.jar")) if jars.is_dir() else []
+    if not cores:
+        return  # a pyspark without jars (a Spark distribution's SPARK_HOME supplies them)
+    jar_release = cores[0].stem.rsplit("-", 1)[-1]
+    if jar_release != pyspark.__version__:
+        raise CdcConfigurationError(
+            f"pyspark's Python files are Spark {pyspark.__version__} but its jars are Spark {jar_release}: "
+            "pyspark and pyspark-client were installed at different releases and share one package. "
+            f"Install the same release of both, e.g. pip install 'pyspark=={pyspark.__version__}' "
+            f"'pyspark-client=={pyspark.__version__}' (or both =={jar_release})"
+        )
+
+
 def get_or_create_session(options: SparkOptions | None = None, *, submitted: bool = False) -> Any:
     """The active session, or a new one: local with ``options``, or as ``spark-submit`` set it
     up when ``submitted`` (master and conf then come from the submit command)."""
+    require_pyspark()
+    check_pyspark_release()
     from pyspark.sql import SparkSession
 
     # py4j logs every connection it closes at INFO, even at interpreter exit.

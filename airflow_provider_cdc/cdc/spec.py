@@ -76,11 +76,16 @@ class CaptureOptions:
         return props
 
 
+#: The in-process session's master: two cores, not all of the worker's (``local[*]``), which
+#: other tasks share; a capture's ``spark_master`` raises it.
+DEFAULT_SPARK_MASTER = "local[2]"
+
+
 @dataclass(frozen=True)
 class SparkOptions:
     """How the embedded (in-process) Spark session is built; ignored under ``spark-submit``."""
 
-    master: str = "local[*]"
+    master: str = DEFAULT_SPARK_MASTER
     conf: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +93,7 @@ class SparkOptions:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SparkOptions:
-        return cls(master=data.get("master", "local[*]"), conf=dict(data.get("conf") or {}))
+        return cls(master=data.get("master", DEFAULT_SPARK_MASTER), conf=dict(data.get("conf") or {}))
 
 
 def validate_watermarks(mode: str, signal_table: TableRef | None, *, default: str = "message") -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, directory_parts, topic_location
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, DELTA, WindowTag, local_base
 from airflow_provider_cdc.cdc.sinks.reader import read_windows_spark
@@ -34,12 +34,10 @@ def state_table(sink_format: str, state_path: str, topic_prefix: str, topic: Top
     """The state table of ``topic`` (not created until its first commit)."""
     from airflow_provider_cdc.cdc.state_tables import DeltaStateTable, IcebergStateTable
 
-    location = f"{local_base(state_path)}/{topic.directory}"
+    location = topic_location(local_base(state_path), topic.directory)
     if sink_format == DELTA:
         return DeltaStateTable(location)
-    from urllib.parse import unquote
-
-    parts = [unquote(p) for p in topic.directory.split(".")]
+    parts = directory_parts(topic.directory)
     identifier = (f"{parts[0]}_state", *parts[1:])
     # A catalog the user names holds the state tables beside the event tables (the sink's catalog
     # name, "cdc"); without one, a SQLite catalog of the state path's own.

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from airflow_provider_cdc.cdc.errors import CdcStateError
+from airflow_provider_cdc.cdc.naming import path_from_uri
 from airflow_provider_cdc.cdc.sinks.formats import DELTA, ICEBERG, TAG_PREFIX, TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 
@@ -482,7 +483,8 @@ class DeltaStateTable:
         raise CdcStateError(f"state table {self.name} has no version of window {window_seq} or earlier")
 
     def data_files(self) -> list[str]:
-        return sorted(self._table().file_uris()) if self.exists() else []
+        # file_uris() percent-encodes: the escaped directory's '%' must not be read twice.
+        return sorted(path_from_uri(u) for u in self._table().file_uris()) if self.exists() else []
 
     def commit_merge(
         self, new_rows: pa.Table, delete_keys: pa.Table, tag: WindowTag, *, keys: Sequence[str]

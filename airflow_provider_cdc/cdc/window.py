@@ -54,7 +54,8 @@ class Window:
 
     def contains_commit(self, commit_lsn: int) -> bool:
         """Does a transaction whose commit record starts at ``commit_lsn`` belong here?"""
-        assert self.from_lsn is not None and self.to_lsn is not None
+        if self.from_lsn is None or self.to_lsn is None:
+            raise RuntimeError(f"{self.describe()} has no positions: only stream windows contain commits")
         return self.from_lsn <= commit_lsn < self.to_lsn
 
     @property

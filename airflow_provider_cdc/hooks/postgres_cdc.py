@@ -1,6 +1,10 @@
 """Hook for change capture from PostgreSQL: owns the connection, returns plain values.
 
-Reuses Airflow's ``postgres`` connection type. Extras are read by name from an allowlist
+Builds on Airflow's ``PostgresHook`` (so ``DbApiHook``'s "Test connection", ``get_first``/``run``,
+RDS/Aurora and Azure IAM logins (the ``iam`` extra) and ``get_openlineage_database_info`` work as
+they do for a ``postgres`` connection), but opens every session itself: psycopg 3, the
+capture's session settings and TLS rules below. Its connection type is ``postgres_cdc``; plain
+``postgres`` connections work the same. Extras are read by name from an allowlist
 (``sslmode``, ``sslrootcert``, ``connect_timeout`` ...), never passed through: none loads code
 into the worker or sets the session's server settings (``sslkey``'s ``engine:key`` form is
 refused; see ``cdc/sources/postgres/connection.py``). Without an ``sslmode`` the connection uses
@@ -13,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
+
+from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
@@ -28,8 +35,7 @@ from airflow_provider_cdc.cdc.sources.postgres import admin, tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, quote_ident
-from airflow_provider_cdc.hooks.extras import connection_extras
-from airflow_provider_cdc.version_compat import BaseHook
+from airflow_provider_cdc.hooks.extras import connection_extras, scrubbed_test
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ def connection_info_from(conn: Any) -> PgConnectionInfo:
 _REFUSALS = ("password authentication failed", "no pg_hba.conf entry", "permission denied for database")
 
 
-class PostgresCdcHook(BaseHook):
+class PostgresCdcHook(PostgresHook):
     """Slot and publication administration, preflight checks and slot status."""
 
     conn_name_attr = "postgres_conn_id"
@@ -68,17 +74,30 @@ class PostgresCdcHook(BaseHook):
     # ``postgres`` connections work the same (the type is not checked).
     conn_type = "postgres_cdc"
     hook_name = "PostgreSQL (change capture)"
+    _test_connection_sql = "SELECT 1"
 
     def __init__(self, postgres_conn_id: str = default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        # By the subclass's attribute name (yugabytedb_conn_id ...): DbApiHook reads it from there.
+        super().__init__(**{**kwargs, self.conn_name_attr: postgres_conn_id})
         self.postgres_conn_id = postgres_conn_id
 
     @cached_property
-    def connection_info(self) -> PgConnectionInfo:
+    def _configured_info(self) -> PgConnectionInfo:
         try:
-            return connection_info_from(self.get_connection(self.postgres_conn_id))
+            return connection_info_from(self.connection)
         except CdcConfigurationError as exc:  # an extra refused (sslkey=engine:key, an unknown sslmode)
             raise CdcConfigurationError(f"Airflow connection {self.postgres_conn_id!r}: {exc}") from None
+
+    @property
+    def connection_info(self) -> PgConnectionInfo:
+        """The engine's connection value; with the ``iam`` extra, its login, port and password are a
+        fresh IAM token's (``PostgresHook.get_iam_token``: AWS RDS/Aurora/Redshift or Azure; the
+        token is short-lived, so it is asked for on each use, never cached)."""
+        info = self._configured_info
+        if not self.connection.extra_dejson.get("iam", False):
+            return info
+        login, token, port = self.get_iam_token(deepcopy(self.connection))
+        return replace(info, user=login or info.user, password=token, port=int(port or info.port))
 
     def resolved_connection_info(self) -> PgConnectionInfo:
         """:attr:`connection_info` with the sslmode this task settled on (connecting once if it
@@ -89,9 +108,11 @@ class PostgresCdcHook(BaseHook):
     def get_conn(self):  # -> psycopg.Connection
         """An autocommit psycopg connection with the capture's session settings (``search_path =
         pg_catalog, pg_temp``, ``row_security = off``, the value formats), over verified TLS unless
-        the connection's extra asks for less."""
+        the connection's extra asks for less. Replaces ``PostgresHook.get_conn``, which would pass
+        every extra to libpq (see the module docstring)."""
         try:
-            return connect(self.connection_info)
+            self.conn = connect(self.connection_info)
+            return self.conn
         except CdcConfigurationError as exc:  # a certificate that does not verify, an unknown sslmode
             raise CdcConfigurationError(f"Airflow connection {self.postgres_conn_id!r}: {exc}") from None
         except CdcTransientError as exc:
@@ -102,6 +123,17 @@ class PostgresCdcHook(BaseHook):
                 f"Airflow connection {self.postgres_conn_id!r} was refused by the server: {exc}. "
                 "Fix the connection's login and password (or the server's pg_hba.conf)"
             ) from None
+
+    def get_sqlalchemy_engine(self, engine_kwargs: dict[str, Any] | None = None) -> Any:
+        """PostgresHook's engine (its URL picks the dialect), whose connections are this hook's
+        :meth:`get_conn` sessions: SQLAlchemy and pandas reads get the same TLS rules, extras
+        allowlist and session settings as the capture, not a plain libpq connection."""
+        return super().get_sqlalchemy_engine({**(engine_kwargs or {}), "creator": self.get_conn})
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect as a capture task would (same TLS rules and session settings) and run ``SELECT 1``:
+        ``(True, ...)``, or ``(False, what failed)`` without the connection's password."""
+        return scrubbed_test(lambda: super(PostgresCdcHook, self).test_connection(), self.connection.password)
 
     @contextmanager
     def session(self) -> Iterator[Any]:

@@ -1,5 +1,12 @@
 """Hook for change capture from SQL Server: owns the connection, returns plain values.
 
+Builds on Airflow's ``DbApiHook`` (common-sql): "Test connection", ``get_first``/``run`` and
+OpenLineage's database identity come from there. Not on the ODBC provider's ``OdbcHook``: it
+would be a new dependency whose value is its connection string, which passes a connection's
+extras through as ODBC attributes and lets the ``driver`` extra choose the library loaded, the
+two things this hook's allowlist and driver rule exist to prevent; nor on the MSSQL provider's
+hook, which speaks pymssql, not ODBC.
+
 Reuses Airflow's ``mssql`` (or ``odbc``) connection type: host, port, schema (= the database),
 login and password. The ODBC driver is the DAG's (``SqlServerCapture(odbc_driver=...)``, this
 hook's ``driver``; default Microsoft's "ODBC Driver 18 for SQL Server"). A connection's ``driver``
@@ -17,11 +24,13 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import DEFAULT_DRIVER, SqlServerConnectionInfo, connect
-from airflow_provider_cdc.hooks.extras import connection_extras
-from airflow_provider_cdc.version_compat import BaseHook, airflow_conf
+from airflow_provider_cdc.hooks.extras import connection_extras, scrubbed_test
+from airflow_provider_cdc.version_compat import airflow_conf
 
 #: The provider's section of the Airflow configuration (declared in get_provider_info).
 CONFIG_SECTION = "cdc"
@@ -89,7 +98,7 @@ def chosen_driver(conn_id: str | None, argument: str | None, driver_extras: Mapp
 _REFUSALS = ("Login failed", "(18456)", "Cannot open database", "(4060)")
 
 
-class SqlServerCdcHook(BaseHook):
+class SqlServerCdcHook(DbApiHook):
     """Sessions for SQL Server change capture: the capture lock, catalog reads, LSNs."""
 
     conn_name_attr = "sqlserver_conn_id"
@@ -97,18 +106,35 @@ class SqlServerCdcHook(BaseHook):
     # Its own connection type (form fields in get_provider_info); mssql/odbc connections work too.
     conn_type = "mssql_cdc"
     hook_name = "SQL Server (change capture)"
+    supports_autocommit = True
+    _test_connection_sql = "SELECT 1"
 
     def __init__(self, sqlserver_conn_id: str = default_conn_name, *, driver: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**{**kwargs, self.conn_name_attr: sqlserver_conn_id})
         self.sqlserver_conn_id = sqlserver_conn_id
         self.driver = driver
 
     @cached_property
     def connection_info(self) -> SqlServerConnectionInfo:
         try:
-            return connection_info_from(self.get_connection(self.sqlserver_conn_id), self.driver)
+            return connection_info_from(self.connection, self.driver)
         except CdcConfigurationError as exc:
             raise self._unusable(exc) from None
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect as a capture task would (the DAG's driver, the allowlisted attributes) and run
+        ``SELECT 1``: ``(True, ...)``, or ``(False, what failed)`` without the password."""
+        return scrubbed_test(lambda: super(SqlServerCdcHook, self).test_connection(), self.connection.password)
+
+    def get_openlineage_database_info(self, connection: Any) -> Any:
+        """OpenLineage's naming of a SQL Server database: ``mssql://host:port``."""
+        from airflow.providers.openlineage.sqlparser import DatabaseInfo
+
+        return DatabaseInfo(
+            scheme="mssql",
+            authority=DbApiHook.get_openlineage_authority_part(connection, default_port=1433),
+            database=connection.schema,
+        )
 
     def get_conn(self):  # -> pyodbc.Connection
         """An autocommit pyodbc connection."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from airflow_provider_cdc.hooks.extras import connection_extras, scrubbed_test
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 
 
@@ -24,6 +25,17 @@ class YugabyteCdcHook(PostgresCdcHook):
     def __init__(self, yugabytedb_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(yugabytedb_conn_id, **kwargs)
         self.yugabytedb_conn_id = yugabytedb_conn_id
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The YSQL endpoint as PostgreSQL's hook tests it; where the extra is a CDC-service
+        connection's (``master_addresses`` or an ``rpc_`` setting), also each master's RPC port,
+        opened with the connection's TLS settings (handshake and certificate check included)."""
+        status, message = super().test_connection()
+        extra = connection_extras(self.connection)
+        if not status or not any(key == "master_addresses" or key.startswith("rpc_") for key in extra):
+            return status, message
+        service = YugabyteCdcServiceHook(self.yugabytedb_conn_id)
+        return scrubbed_test(service.test_masters, self.connection.password)
 
     def yb_slot_status(self, slot_name: str) -> Any:
         from airflow_provider_cdc.cdc.sources.yugabyte import admin
@@ -66,8 +78,6 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
         self._master_addresses = master_addresses
 
     def _extra(self) -> dict[str, Any]:
-        from airflow_provider_cdc.hooks.extras import connection_extras
-
         return connection_extras(self.get_connection(self.yugabytedb_conn_id))
 
     @cached_property
@@ -142,6 +152,23 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
                 f"bytes from {methods.MIB} (1 MiB) to {DEFAULT_MAX_MESSAGE_SIZE} (YugabyteDB's rpc_max_message_size)"
             )
         return cap
+
+    def test_masters(self) -> tuple[bool, str]:
+        """Open (and close) an RPC session with each master, as the capture's client would."""
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
+
+        tls = self.rpc_tls
+        masters = parse_addresses(self.master_addresses)
+        for host, port in masters:
+            session = RpcConnection(host, port, connect_timeout=10.0, tls=tls)
+            try:
+                session.connect()
+            finally:
+                session.close()
+        transport = "TLS" if tls is not None else "plaintext (rpc_sslmode=disable)"
+        listed = ", ".join(f"{host}:{port}" for host, port in masters)
+        return True, f"Connection successfully tested: YSQL, and the CDC service's masters ({listed}) over {transport}"
 
     def cdc_client(self, stream_id: str) -> Any:
         """A :class:`~cdc.sources.yugabyte_cdc.client.YbCdcClient` of ``stream_id`` (close it)."""

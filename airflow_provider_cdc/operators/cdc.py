@@ -17,11 +17,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.errors import (
+    CdcConfigurationError,
+    CdcError,
+    CdcStateError,
+    InvalidLsnError,
+    SnapshotRequiredError,
+)
 from airflow_provider_cdc.cdc.incremental import (
     MAX_RUN_CONF_SIGNALS,
     IncrementalState,
@@ -86,6 +92,30 @@ def fail_fast_on_terminal_errors(capture: Capture | None = None) -> Iterator[Non
         ).with_traceback(exc.__traceback__) from None
 
 
+def _spark_runner() -> Any:
+    """:mod:`airflow_provider_cdc.spark_runner`, imported when a task runs, not at DAG parse."""
+    from airflow_provider_cdc import spark_runner
+
+    return spark_runner
+
+
+def _interrupt_behind(exc: BaseException) -> BaseException | None:
+    """The timeout (or other interrupt: not an Exception) that ``exc`` is or that it hides.
+
+    Airflow's timeout is raised in the main thread, usually inside the py4j call waiting for the
+    running Spark job; PySpark's cleanup then makes another call on that connection, which can
+    fail with a Py4JError that has the timeout as context (spark_runner.cancel_before_timeout
+    drops the interrupted call first; this is the fallback)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        if not isinstance(seen, Exception):
+            return seen
+        seen = seen.__context__
+    return None
+
+
 def _postgres_connection_errors() -> tuple[type[BaseException], ...]:
     import psycopg
 
@@ -93,9 +123,123 @@ def _postgres_connection_errors() -> tuple[type[BaseException], ...]:
 
 
 class CdcCaptureOperator(BaseOperator):
-    """Base of the operators that act on one capture (any source)."""
+    """Base of the operators that act on one capture (any source).
+
+    Dynamic task mapping: give the capture (and what the outlets derive from) in ``.partial()``
+    and map the other arguments. The outlets are derived there, as for an unmapped task; mapping
+    the capture itself is refused: its outlets could not be known when the DAG is parsed, and its
+    settings would be stored in the serialized DAG or in XCom.
+    """
 
     ui_color = "#d4ecff"
+    #: Arguments that must be given in ``.partial()``, never mapped.
+    unmappable: ClassVar[tuple[str, ...]] = ("capture",)
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+        """``BaseOperator.partial``, with the outlets an unmapped task would have; refuses to map
+        what they derive from (see the class docstring)."""
+        if not isinstance(kwargs.get("capture"), Capture):
+            raise _unmappable_error(cls, ["capture"])
+        outlets = cls._partial_outlets(kwargs)
+        if outlets is not None:
+            kwargs.setdefault("outlets", outlets)
+        return _CapturePartial(super().partial(**kwargs), cls, kwargs)
+
+    @classmethod
+    def _partial_outlets(cls, kwargs: dict[str, Any]) -> list[Any] | None:
+        return None
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage START event: no datasets (the COMPLETE event reports what the run did)."""
+        from airflow_provider_cdc.operators.lineage import start_lineage
+
+        return start_lineage(self)
+
+    def on_kill(self) -> None:
+        """Stop what this task started when Airflow kills it ("mark failed", its supervisor's
+        SIGTERM; an ``execution_timeout`` stops it as it unwinds the run): a job submitted with
+        ``spark_conn_id`` by killing every process ``spark-submit`` started (in client mode the
+        Python driver, which holds the replication session), then as ``SparkSubmitOperator.on_kill``
+        does (the hook kills ``spark-submit`` and, on a cluster, the driver); the in-process
+        session's Spark jobs, cancelled from another thread (the main thread is usually inside a
+        py4j call, which must not be re-entered), and that call dropped. A run still executing
+        then ends where it is: nothing is saved or acknowledged after a kill, the capture lock and
+        the source session are released as the run unwinds (by the server, if the process is
+        killed outright), and the next run continues from the last committed window (a window the
+        sink committed is rolled forward, once).
+        """
+        self._killed = True
+        if not getattr(self, "_executing", False):
+            return
+        try:
+            self._stop_jobs()
+            if self.capture.spark_conn_id is None:
+                _spark_runner().drop_interrupted_call()
+        finally:  # a SIGTERM during the run: end it here, whatever stopping the jobs did
+            raise self._terminated()
+
+    def _terminated(self) -> BaseException:
+        from airflow.sdk.exceptions import AirflowTaskTerminated
+
+        return AirflowTaskTerminated(
+            f"task {self.task_id!r} was killed during its run: nothing past the last committed window "
+            "was saved or acknowledged; the next run continues from there"
+        )
+
+    def _stop_jobs(self) -> None:
+        """Stop the Spark work of this run, if any (best effort: never raises)."""
+        job, self._spark_job = getattr(self, "_spark_job", None), None
+        try:
+            if job is not None:
+                self.log.warning("stopping the submitted Spark job")
+                _spark_runner().kill_submitted(job)
+            elif self.capture.spark_conn_id is None:
+                self.log.warning("cancelling the in-process Spark jobs")
+                _spark_runner().cancel_embedded()
+        except Exception as exc:
+            self.log.warning("could not stop the run's Spark job: %s", exc)
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """Mark the run in progress, for :meth:`on_kill`."""
+        self._killed, self._executing, self._spark_job = False, True, None
+        try:
+            if self.capture.spark_conn_id is None:
+                with _spark_runner().cancel_before_timeout(lambda: self._executing):
+                    yield
+            else:
+                yield
+        except BaseException as exc:
+            if self._killed:  # on_kill stopped the jobs; PySpark's cleanup may have hidden its exception
+                from airflow.sdk.exceptions import AirflowTaskTerminated
+
+                if not isinstance(exc, AirflowTaskTerminated):
+                    raise self._terminated() from exc
+                raise
+            # An execution_timeout (or another interrupt) unwinds execute before Airflow calls
+            # on_kill, which then finds no run: stop what may still run (a submitted job is
+            # stopped by spark_runner.submit itself). After an error of the job itself there is
+            # nothing left to stop.
+            interrupt = _interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            self._stop_jobs()
+            if interrupt is not exc:  # PySpark's cleanup hid it: report the timeout
+                raise interrupt.with_traceback(interrupt.__traceback__) from None
+            raise
+        finally:
+            self._executing, self._spark_job = False, None
+
+    def _track_job(self, hook: Any) -> None:
+        """Remember the submitted job's hook (for :meth:`on_kill`) before it starts."""
+        self._spark_job = hook
+
+    def _check_not_killed(self, action: str) -> None:
+        if getattr(self, "_killed", False):
+            from airflow.sdk.exceptions import AirflowTaskTerminated
+
+            raise AirflowTaskTerminated(f"task {self.task_id!r} was killed: not {action}")
 
     def __init__(self, *, capture: Capture, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -112,6 +256,48 @@ class CdcCaptureOperator(BaseOperator):
 _CaptureOperator = CdcCaptureOperator  # the name source-specific maintenance operators extend
 
 
+def _unmappable_error(operator: type, names: Sequence[str]) -> CdcConfigurationError:
+    listed = ", ".join(repr(n) for n in names)
+    return CdcConfigurationError(
+        f"{operator.__name__}: {listed} cannot be mapped: give it in .partial(), and map the other arguments "
+        "with .expand(). The task's outlets (the datasets it lands) are derived from it when the DAG is "
+        "parsed, and a capture's settings (which may hold credentials, e.g. in spark_conf) must not be "
+        "stored in the serialized DAG or in XCom. For several captures, write one task per capture."
+    )
+
+
+class _CapturePartial:
+    """What ``.partial()`` of a capture operator returns: Airflow's ``OperatorPartial``, whose
+    ``expand`` / ``expand_kwargs`` first refuse mapping the operator's ``unmappable`` arguments."""
+
+    def __init__(self, partial: Any, operator: type[CdcCaptureOperator], given: dict[str, Any]) -> None:
+        self._partial = partial
+        self._operator = operator
+        self._given = set(given)
+
+    def expand(self, **mapped_kwargs: Any) -> Any:
+        self._refuse([n for n in self._operator.unmappable if n in mapped_kwargs])
+        return self._partial.expand(**mapped_kwargs)
+
+    def expand_kwargs(self, kwargs: Any, *, strict: bool = True) -> Any:
+        if isinstance(kwargs, (list, tuple)) and all(isinstance(k, dict) for k in kwargs):
+            self._refuse([n for n in self._operator.unmappable if any(n in k for k in kwargs)])
+        else:  # an XCom: any key could come from it at run time
+            self._refuse([n for n in self._operator.unmappable if n not in self._given])
+        return self._partial.expand_kwargs(kwargs, strict=strict)
+
+    def _refuse(self, names: list[str]) -> None:
+        if names:
+            self._partial._expand_called = True  # no "was never mapped" warning on top of the error
+            raise _unmappable_error(self._operator, names)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._partial, name)
+
+    def __repr__(self) -> str:
+        return repr(self._partial)
+
+
 class CdcSetupOperator(CdcCaptureOperator):
     """Preflight checks, then idempotent creation of what the capture needs on the source
     (PostgreSQL: the publication and the slot).
@@ -123,42 +309,54 @@ class CdcSetupOperator(CdcCaptureOperator):
     """
 
     def execute(self, context: Context) -> dict[str, Any]:
-        with fail_fast_on_terminal_errors(self.capture):
+        with self._running(), fail_fast_on_terminal_errors(self.capture):
             check_schedule_within_retention(self.capture, self.dag if self.has_dag() else None)
             return self.capture.setup(self.log)
 
 
 def schedule_gap_ms(dag: Any, runs: int = 8) -> int | None:
     """The longest gap between consecutive scheduled runs of ``dag`` (over ``runs`` runs from a
-    fixed date), or None for a DAG without a periodic schedule or a timetable that cannot say."""
+    fixed date), or None for a DAG without a periodic schedule.
+
+    Reads the schedule through the Task SDK's public timetable classes (their cron expression or
+    delta), the form a DAG file holds. A custom timetable cannot say how far apart its runs are:
+    the check is then skipped, and the log says so.
+    """
+    from airflow import sdk
+
     timetable = getattr(dag, "timetable", None)
-    try:
-        if timetable is not None and not hasattr(timetable, "next_dagrun_info"):
-            # Airflow 3.2's DAG files hold the SDK's timetable definitions: the scheduler's own
-            # timetable (the one that steps through runs) is their decoded serialization.
-            from airflow.serialization.decoders import decode_timetable
-            from airflow.serialization.encoders import encode_timetable
-
-            timetable = decode_timetable(encode_timetable(timetable))
-        if timetable is None or not getattr(timetable, "periodic", False):
-            return None
-        from itertools import pairwise
-
-        import pendulum
-        from airflow.timetables.base import TimeRestriction
-
-        restriction = TimeRestriction(earliest=pendulum.datetime(2025, 1, 6, tz="UTC"), latest=None, catchup=True)
-        times, interval = [], None
-        for _ in range(runs):
-            info = timetable.next_dagrun_info(last_automated_data_interval=interval, restriction=restriction)
-            if info is None:
-                break
-            times.append(info.run_after)
-            interval = info.data_interval
-    except Exception:  # a custom timetable we cannot step through: no check rather than a failed setup
+    start = datetime(2025, 1, 6, tzinfo=timezone.utc)
+    if isinstance(timetable, sdk.MultipleCronTriggerTimetable):
+        times = sorted({t for tt in timetable.timetables for t in _cron_times(tt, start, runs)})[:runs]
+    elif isinstance(timetable, (sdk.CronDataIntervalTimetable, sdk.CronTriggerTimetable)):
+        times = _cron_times(timetable, start, runs)
+    elif isinstance(timetable, (sdk.DeltaDataIntervalTimetable, sdk.DeltaTriggerTimetable)):
+        times = [start]
+        for _ in range(runs - 1):
+            times.append(times[-1] + timetable.delta)
+    else:
+        if timetable is not None and getattr(timetable, "periodic", False):
+            log.warning(
+                "DAG %r has a custom timetable (%s): the check that its runs are closer together than "
+                "the source keeps unread changes is skipped",
+                getattr(dag, "dag_id", "?"),
+                type(timetable).__name__,
+            )
         return None
+    from itertools import pairwise
+
     gaps = [int((b - a).total_seconds() * 1000) for a, b in pairwise(times)]
     return max(gaps) if gaps else None
+
+
+def _cron_times(timetable: Any, start: datetime, runs: int) -> list[datetime]:
+    """The first ``runs`` fire times of a cron timetable after ``start``, in its time zone."""
+    import pendulum
+    from croniter import croniter  # the Task SDK's own cron library
+
+    zone = timetable.timezone if not isinstance(timetable.timezone, str) else pendulum.timezone(timetable.timezone)
+    it = croniter(timetable.expression, start.astimezone(zone))
+    return [it.get_next(datetime) for _ in range(runs)]
 
 
 def check_schedule_within_retention(capture: Capture, dag: Any) -> None:
@@ -191,20 +389,35 @@ class _WindowOperator(CdcCaptureOperator):
             kwargs.setdefault("outlets", window_outlets(capture))
         super().__init__(capture=capture, **kwargs)
         self._run_tables: tuple[TableRef, ...] = ()
+        # What this task object's run did, for its lineage: False until it runs; then the summary
+        # of the window it committed, or None (skipped, or only reported what landed before).
+        self._ran = False
+        self._committed: dict[str, Any] | None = None
+
+    @classmethod
+    def _partial_outlets(cls, kwargs: dict[str, Any]) -> list[Any] | None:
+        from airflow_provider_cdc.operators.assets import window_outlets
+
+        return window_outlets(kwargs["capture"])
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_cdc.operators.assets import emit_window_events
 
-        with fail_fast_on_terminal_errors(self.capture):
+        self._ran, self._committed = True, None
+        with self._running(), fail_fast_on_terminal_errors(self.capture):
             summary = self._run(context)  # type: ignore[attr-defined]
+        if not summary.get("replayed"):
+            self._committed = summary
         emit_window_events(context, self.capture, summary, self._run_tables)
         return summary
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage (when its provider is installed): source tables in, landed datasets out."""
+        """OpenLineage (when its provider is installed): the source tables this run read in, the
+        datasets it landed rows in out; nothing for a skipped run, a window that landed nothing
+        or a run that only reported what landed before."""
         from airflow_provider_cdc.operators.lineage import window_lineage
 
-        return window_lineage(self)
+        return window_lineage(self, task_instance)
 
     @contextmanager
     def _state(self) -> Iterator[_RunState]:
@@ -237,7 +450,7 @@ class _WindowOperator(CdcCaptureOperator):
             if not reconciled.corroborated and reconciled.offset is not None:
                 source.check_restored(reconciled.offset)  # the source must already be where the log says
             self._run_tables = source.tables
-            yield _RunState(capture, source, store, commit_log, stored, reconciled.offset)
+            yield _RunState(capture, source, store, commit_log, stored, reconciled.offset, self._check_not_killed)
 
     def _decide(self, state: _RunState, context: Context, kind: str) -> RunDecision:
         """Capture, or report what landed (a backfill, or a re-run of a run that landed)."""
@@ -266,6 +479,7 @@ class _WindowOperator(CdcCaptureOperator):
         if state.offset is not None and state.offset != state.stored:
             state.save(state.offset)
         if acknowledge:
+            self._check_not_killed("acknowledging the source")
             state.source.finish_landed(state.offset)
 
     def _spec(
@@ -290,11 +504,14 @@ class _WindowOperator(CdcCaptureOperator):
                 spark_conn_id=capture.spark_conn_id,
                 conf=dict(capture.spark_conf),
                 application=capture.spark_application,
+                on_start=self._track_job,
             )
         except AirflowException as exc:
             if "Error code is: 2." in str(exc):  # the job's exit code for terminal engine errors
                 raise AirflowFailException(f"the capture job failed permanently: {exc}") from exc
             raise
+        finally:
+            self._spark_job = None  # ended (or stopped): a later kill has nothing of it to stop
 
 
 class _RunState:
@@ -308,8 +525,10 @@ class _RunState:
         commit_log: CommitLog,
         stored: CaptureOffset | None,
         offset: CaptureOffset | None,
+        check_not_killed: Any = None,
     ):
         self.capture = capture
+        self._check_not_killed = check_not_killed or (lambda action: None)
         self.source = source
         self.identity = source.identity
         self.tables: tuple[TableRef, ...] = source.tables
@@ -319,11 +538,13 @@ class _RunState:
         self.offset = offset
 
     def save(self, offset: CaptureOffset) -> CaptureOffset:
+        self._check_not_killed("saving the offset")  # a killed run saves and acknowledges nothing
         self.stored = save_offset(self.store, offset, previous=self.stored)
         self.offset = self.stored
         return self.stored
 
     def acknowledge(self, position: Position) -> Position | None:
+        self._check_not_killed("acknowledging the source")
         return self.source.acknowledge(position, saved=self.stored)
 
 
@@ -348,7 +569,8 @@ class CdcSnapshotOperator(_WindowOperator):
             if not decision.run:
                 if state.offset is not None and state.offset != state.stored:
                     state.save(state.offset)  # record a roll-forward found while deciding
-                raise AirflowSkipException(decision.reason)
+                self.log.info("no snapshot needed, skipping: %s", decision.reason)
+                raise AirflowSkipException(f"no snapshot needed: {decision.reason}")
             self.log.info("snapshot due: %s", decision.reason)
             gap = None if decision.gap_reason is None else source.gap(decision, state.offset, status, _now_ms())
             if gap is not None:
@@ -373,7 +595,8 @@ class CdcSnapshotOperator(_WindowOperator):
             faults.point("operator.offset_saved")
             confirmed = None
             if capture.streams:
-                assert entry.window.to_lsn is not None
+                if entry.window.to_lsn is None:
+                    raise CdcStateError(f"committed {entry.window.describe()} has no end position to acknowledge")
                 confirmed = state.acknowledge(entry.window.to_lsn)
                 faults.point("operator.acknowledged")
             summary = _summary(entry, capture, confirmed_lsn=confirmed, lag=None)
@@ -476,7 +699,8 @@ class CdcBatchOperator(_WindowOperator):
             entry = self._run_job(self._spec(state, plan.window, offset, interval))
             state.save(offset_after_commit(state.offset, entry, state.identity, offset_type=capture.OFFSET_TYPE))
             faults.point("operator.offset_saved")
-            assert entry.window.to_lsn is not None
+            if entry.window.to_lsn is None:
+                raise CdcStateError(f"committed {entry.window.describe()} has no end position to acknowledge")
             confirmed = state.acknowledge(entry.window.to_lsn)
             faults.point("operator.acknowledged")
             summary = _summary(entry, capture, confirmed_lsn=confirmed, lag=source.lag())
@@ -530,12 +754,24 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
     that committed window instead (for backfills), leaving the current version where it is.
 
     :param capture: the capture
-    :param state_path: base directory (or Hadoop URI) of the state tables
+    :param state_path: base directory (or Hadoop URI) of the state tables; not templated (it names
+        the outlets, which Airflow needs at parse)
     :param tables: subset of the capture's tables (default: all)
     :param as_of_window: a committed window id (e.g. ``"0000000042"``); templated
     """
 
-    template_fields: Sequence[str] = ("state_path", "as_of_window")
+    template_fields: Sequence[str] = ("as_of_window",)
+    unmappable: ClassVar[tuple[str, ...]] = ("capture", "state_path", "tables")  # the outlets derive from them
+
+    @classmethod
+    def _partial_outlets(cls, kwargs: dict[str, Any]) -> list[Any] | None:
+        from airflow_provider_cdc.operators.assets import state_outlets
+
+        if "state_path" not in kwargs:
+            raise _unmappable_error(cls, ["state_path"])
+        capture, tables = kwargs["capture"], kwargs.get("tables")
+        chosen = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
+        return state_outlets(capture, kwargs["state_path"], chosen)
 
     def __init__(
         self,
@@ -546,8 +782,11 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         as_of_window: str | int | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
         from airflow_provider_cdc.operators.assets import state_outlets
 
+        # Fixed at parse, like sink_path: it names the outlets (no Jinja, relative path or '%').
+        state_path = check_path_setting(state_path, "state_path")
         chosen = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
         if isinstance(capture, Capture):
             kwargs.setdefault("outlets", state_outlets(capture, state_path, chosen))
@@ -558,12 +797,15 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         if unknown:
             raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
         self.as_of_window = as_of_window
+        self._ran = False  # see _WindowOperator: what this task object's run did, for its lineage
+        self._state_results: list[dict[str, Any]] = []
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_cdc import spark_runner
         from airflow_provider_cdc.cdc.spec import StateJobSpec
 
         capture = self.capture
+        self._ran, self._state_results = True, []  # for the lineage: nothing folded until the job returns
         as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
         if as_of is None:
             as_of = self._as_of_for_past_run(context)
@@ -586,20 +828,24 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             table_catalog_secret_property=options.table_catalog_secret_property,
             table_catalog_secret=options.table_catalog_secret,
         )
-        with fail_fast_on_terminal_errors(capture):
+        with self._running(), fail_fast_on_terminal_errors(capture):
             if capture.spark_conn_id is None:
                 from airflow_provider_cdc.cdc.state import run_state_job
 
                 results = run_state_job(spec)
             else:
-                results = spark_runner.submit(
-                    spec.to_json(),
-                    name=f"cdc-state-{capture.topic_prefix}",
-                    secrets=spark_runner.state_secrets(spec),
-                    spark_conn_id=capture.spark_conn_id,
-                    conf=dict(capture.spark_conf),
-                    application=capture.spark_application,
-                )
+                try:
+                    results = spark_runner.submit(
+                        spec.to_json(),
+                        name=f"cdc-state-{capture.topic_prefix}",
+                        secrets=spark_runner.state_secrets(spec),
+                        spark_conn_id=capture.spark_conn_id,
+                        conf=dict(capture.spark_conf),
+                        application=capture.spark_application,
+                        on_start=self._track_job,
+                    )
+                finally:
+                    self._spark_job = None  # ended (or stopped): a later kill has nothing of it to stop
         for result in results:
             self.log.info(
                 "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
@@ -609,14 +855,16 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         via_alias = self.tables is None and not capture.tables_known_at_parse
         emit_state_events(context, capture, self.state_path, results, tables, via_alias=via_alias)
         self._state_tables = tuple(tables)
+        self._state_results = results
         return results
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage (when its provider is installed): topics in, current-state tables out."""
+        """OpenLineage (when its provider is installed): the topics this run folded in, the
+        current-state tables it changed out; nothing for a skipped run or an unchanged state."""
         from airflow_provider_cdc.operators.lineage import state_lineage
 
         tables = getattr(self, "_state_tables", None) or self.tables or self.capture.table_refs
-        return state_lineage(self, tables)
+        return state_lineage(self, tables, task_instance)
 
     def _as_of_for_past_run(self, context: Context) -> int | None:
         """A backfill, or a re-run of a past run: the window its state is rebuilt "as of" (the

@@ -14,14 +14,13 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.query_extract import QueryExtraction, QueryOffset
 from airflow_provider_cdc.cdc.runs import decide, record_run
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
-from airflow_provider_cdc.cdc.sources.postgres.query import QueryExtraction, QueryOffset, run_query_window
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-from airflow_provider_cdc.cdc.spec import SparkOptions
+from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, SparkOptions
+from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
 from airflow_provider_cdc.offsets.base import OffsetStore
 from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
 from airflow_provider_cdc.operators.runs import run_interval
@@ -65,7 +64,7 @@ class PostgresQueryExtractOperator(BaseOperator):
         offset_store: str | OffsetStore = "variable",
         offset_table: str = "cdc_state.offsets",
         offset_table_owner: str | None = None,
-        spark_master: str = "local[*]",
+        spark_master: str = DEFAULT_SPARK_MASTER,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -102,12 +101,37 @@ class PostgresQueryExtractOperator(BaseOperator):
         return capture.store()
 
     def execute(self, context: Context) -> dict[str, Any]:
-        extraction = self.extraction
-        prefix = extraction.topic_prefix
+        # The hook and the engine (psycopg, pyarrow) load here, not when the DAG file is parsed.
+        from airflow_provider_cdc import spark_runner
+        from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
+
+        prefix = self.extraction.topic_prefix
         hook = PostgresCdcHook(self.postgres_conn_id)
         store = self._store()
         source = store.describe(prefix)
         interval = run_interval(context)
+        self._killed, self._executing = False, True
+        try:
+            with spark_runner.cancel_before_timeout(lambda: self._executing):
+                return self._extract(context, hook, store, source, interval)
+        except BaseException as exc:
+            if self._killed:  # on_kill cancelled the jobs; PySpark's cleanup may have hidden its exception
+                from airflow.sdk.exceptions import AirflowTaskTerminated
+
+                if not isinstance(exc, AirflowTaskTerminated):
+                    raise AirflowTaskTerminated(f"task {self.task_id!r} was killed during its run") from exc
+                raise
+            if not isinstance(exc, Exception):  # an interrupt: on_kill would find no run
+                _cancel_spark_jobs(self.log)
+            raise
+        finally:
+            self._executing = False
+
+    def _extract(self, context: Context, hook: Any, store: OffsetStore, source: str, interval: Any) -> dict[str, Any]:
+        from airflow_provider_cdc.cdc.sources.postgres.query import run_query_window
+
+        extraction = self.extraction
+        prefix = extraction.topic_prefix
         with fail_fast_on_terminal_errors(), hook.capture_lock(prefix):
             check_writable(self.sink_path)
             commit_log = CommitLog(storage_for(self.sink_path), prefix)
@@ -149,9 +173,33 @@ class PostgresQueryExtractOperator(BaseOperator):
         self.log.info("query window %s: %s", entry.window_id, summary)
         return summary
 
+    def on_kill(self) -> None:
+        """Killed by Airflow (a timeout, "mark failed", its supervisor's SIGTERM): cancel the
+        in-process Spark jobs of the window, and end a run still executing here; nothing is saved
+        after a kill (the offset only follows a commit; the lock is released as the run unwinds,
+        or by the server)."""
+        self._killed = True
+        if not getattr(self, "_executing", False):
+            return
+        try:
+            _cancel_spark_jobs(self.log)
+            from airflow_provider_cdc import spark_runner
+
+            spark_runner.drop_interrupted_call()  # the main thread waits in py4j: see there
+        finally:
+            from airflow.sdk.exceptions import AirflowTaskTerminated
+
+            raise AirflowTaskTerminated(
+                f"task {self.task_id!r} was killed during its run: no offset past the last committed window was saved"
+            )
+
     def _save(self, store: OffsetStore, offset: QueryOffset, stored: QueryOffset | None) -> None:
         if stored is not None and offset == stored:
             return
+        if getattr(self, "_killed", False):  # a kill during the supervisor's escalation: save nothing
+            from airflow.sdk.exceptions import AirflowTaskTerminated
+
+            raise AirflowTaskTerminated(f"task {self.task_id!r} was killed: not saving the offset")
         expected = stored.revision if stored is not None else None
         saved = replace(offset, revision=(expected or 0) + 1)
         store.save(saved.topic_prefix, saved.to_json(), revision=saved.revision, expected_revision=expected)
@@ -160,6 +208,13 @@ class PostgresQueryExtractOperator(BaseOperator):
         from airflow_provider_cdc.cdc.spark_session import get_or_create_session
 
         return get_or_create_session(SparkOptions(master=self.spark_master))
+
+
+def _cancel_spark_jobs(log: Any) -> None:
+    from airflow_provider_cdc import spark_runner
+
+    log.warning("task killed: cancelling the in-process Spark jobs")
+    spark_runner.cancel_embedded()  # never raises
 
 
 def _with_run(offset: QueryOffset, entry: Any) -> QueryOffset:

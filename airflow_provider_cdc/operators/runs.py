@@ -10,6 +10,13 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.runs import RunInterval
 
+#: The run's end as a template, for templated times (the window's ``upto_time``): its data
+#: interval's end, or, in a run without one (a manual or asset-triggered run, ``dags test``
+#: without a logical date), its ``run_after``, when it was triggered. ``"{{ data_interval_end }}"``
+#: alone fails to render in those runs; ``default(..., true)`` also covers a key with no value.
+#: :func:`run_end` is the same rule in Python (the sensor's ``wait_until`` default).
+RUN_END = "{{ data_interval_end | default(dag_run.run_after, true) }}"
+
 
 def _ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
@@ -33,3 +40,12 @@ def run_interval(context: Any) -> RunInterval | None:
         run_after_ms=_ms(getattr(dag_run, "run_after", None)),
         clear_number=int(getattr(dag_run, "clear_number", 0) or 0),
     )
+
+
+def run_end(context: Any) -> datetime | None:
+    """The run's data interval end, or its ``run_after`` when it has no data interval (None
+    outside a run): :data:`RUN_END` at run time."""
+    end = context.get("data_interval_end")
+    if end is not None:
+        return end
+    return getattr(context.get("dag_run"), "run_after", None)

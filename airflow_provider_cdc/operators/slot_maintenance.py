@@ -6,15 +6,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
-from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, SlotHealth, assess
 from airflow_provider_cdc.operators.postgres_cdc import _CaptureOperator, fail_fast_on_terminal_errors
-from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcSlotHealthTrigger
-from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context
+from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context, airflow_conf
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.cdc.sources.postgres import admin
+else:  # psycopg loads when the teardown runs, not when a DAG file is parsed
+    admin = lazy_module("airflow_provider_cdc.cdc.sources.postgres.admin")
 
 
 class PostgresCdcSlotHealthOperator(_CaptureOperator):
@@ -47,7 +51,7 @@ class PostgresCdcSlotHealthOperator(_CaptureOperator):
         max_lag_bytes: int | None = None,
         watch_seconds: float = 0,
         poll_interval: float = 60.0,
-        deferrable: bool = False,
+        deferrable: bool = airflow_conf().getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(capture=capture, **kwargs)
@@ -82,6 +86,8 @@ class PostgresCdcSlotHealthOperator(_CaptureOperator):
             if not health.healthy or time.monotonic() >= deadline:
                 return self._verdict(health.to_dict())
             if self.deferrable:
+                from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcSlotHealthTrigger
+
                 self.defer(
                     trigger=PostgresCdcSlotHealthTrigger(
                         self.capture.postgres_conn_id,

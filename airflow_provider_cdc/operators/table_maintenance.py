@@ -55,7 +55,11 @@ class CdcTableMaintenanceOperator(CdcCaptureOperator):
         tables = table_format(
             capture.sink_format, local_base(capture.sink_path), capture.topic_prefix, capture.catalog_properties()
         )
-        assert tables is not None
+        if tables is None:
+            raise CdcConfigurationError(
+                f"capture {capture.topic_prefix!r} lands Parquet files (sink_format={capture.sink_format!r}): table "
+                "maintenance applies to lake tables only (sink_format 'iceberg' or 'delta')"
+            )
         done: dict[str, Any] = {}
         with fail_fast_on_terminal_errors(capture), capture.open_run(self.log) as source:  # the capture lock
             prefix = capture.topic_prefix

@@ -2,9 +2,15 @@
 
 What "ready" means is the source's (:meth:`Capture.readiness`): PostgreSQL's slot has pending WAL
 (optionally a captured change, decoded); SQL Server's capture job has processed every commit up
-to ``wait_until`` (default: the run's data interval end), so an hourly window is complete when it
-runs; YugabyteDB's clock has passed ``wait_until`` and its slot has not expired. Deferrable: the
-wait moves to the triggerer (the source's trigger).
+to ``wait_until`` (default: the run's end, below), so an hourly window is complete when it runs;
+YugabyteDB's clock has passed ``wait_until`` and its slot (or CDC stream) has not expired.
+Deferrable: the wait moves to the triggerer (the source's trigger).
+
+The run's end, ``wait_until``'s default: its data interval's end; in a run without a data interval
+(``airflow dags trigger`` without a logical date, an asset-triggered run, ``dags test``) its
+``run_after``, the time it was triggered: "wait until everything committed before this run was
+asked for is captured". A template (``"{{ data_interval_end }}"``) fails to render in those runs,
+so the default is resolved in Python, at run time.
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.version_compat import AirflowFailException, BaseSensorOperator, Context, PokeReturnValue
+from airflow_provider_cdc.operators.runs import run_end
+from airflow_provider_cdc.version_compat import (
+    AirflowFailException,
+    BaseSensorOperator,
+    Context,
+    PokeReturnValue,
+    airflow_conf,
+)
 
 
 class CdcChangesSensor(BaseSensorOperator):
@@ -26,12 +39,14 @@ class CdcChangesSensor(BaseSensorOperator):
     :param wait_until: a time the source must have captured up to (SQL Server: the capture job's
         newest commit time, ``sys.fn_cdc_map_lsn_to_time(sys.fn_cdc_get_max_lsn())``, must be at or
         after it; YugabyteDB: the server's hybrid time must have passed it). Templated; default
-        ``{{ data_interval_end }}``. PostgreSQL ignores it.
+        (None): the run's end, its data interval's end, or its ``run_after`` in a run without a
+        data interval (manual, asset-triggered, ``dags test``). PostgreSQL ignores it.
     :param min_pending_bytes: PostgreSQL: WAL bytes written since the slot's last acknowledgement
         that count as "something pending" (cheap: one catalog query)
     :param require_captured_change: PostgreSQL: additionally decode the pending WAL (``peek``) and
         wait for at least one insert/update/delete/truncate of a captured table
-    :param deferrable: wait in the triggerer instead of a worker slot
+    :param deferrable: wait in the triggerer instead of a worker slot (default: Airflow's
+        ``[operators] default_deferrable``, as Airflow's own sensors)
     """
 
     template_fields: Sequence[str] = ("min_pending_bytes", "wait_until")
@@ -40,10 +55,10 @@ class CdcChangesSensor(BaseSensorOperator):
         self,
         *,
         capture: Capture,
-        wait_until: str | datetime | None = "{{ data_interval_end }}",
+        wait_until: str | datetime | None = None,
         min_pending_bytes: int = 1,
         require_captured_change: bool = False,
-        deferrable: bool = False,
+        deferrable: bool = airflow_conf().getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +78,9 @@ class CdcChangesSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=readiness.state == "ready", xcom_value=readiness.detail or None)
 
     def execute(self, context: Context) -> Any:
+        if self.wait_until is None:
+            self.wait_until = run_end(context)
+            self.log.info("wait_until (default): the run's end, %s", self.wait_until)
         if not self.deferrable:
             return super().execute(context)
         result = self.poke(context)

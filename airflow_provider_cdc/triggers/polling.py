@@ -1,4 +1,14 @@
-"""The loop of a trigger that polls a source's readiness (the drivers have no async API)."""
+"""The loop of a trigger that polls a source's readiness through a driver without an async API.
+
+pyodbc (SQL Server) and the YugabyteDB CDC service's RPC client are synchronous: each check runs
+in a thread (``asyncio.to_thread``, the pattern Airflow's providers use for such drivers), never in
+the triggerer's event loop. psycopg has an async API, so the PostgreSQL and YugabyteDB (logical
+replication) triggers use ``psycopg.AsyncConnection`` instead (triggers/postgres_cdc.py).
+
+A check is bounded twice: the driver's own timeouts (``connect_timeout``, ODBC's login timeout,
+the RPC client's) end a hung connection in its thread, and the trigger stops waiting for the
+check after ``check_timeout`` seconds, firing an error event, even if the driver does not.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +19,22 @@ from typing import Any, ClassVar
 
 from airflow_provider_cdc.version_compat import BaseHook, BaseTrigger, TriggerEvent
 
+#: Seconds one check (connect and queries) may take before the trigger gives up with an error event.
+DEFAULT_CHECK_TIMEOUT = 60.0
+
 
 class ReadinessPollingTrigger(BaseTrigger):
     """Loads the Airflow connection ``conn_id``, then calls :meth:`check` in a thread every
     ``poll_interval`` seconds until it is not "waiting", and fires its verdict
-    (``Readiness.to_event()``); any failure fires ``{"status": "error"}`` with its message.
-    Subclasses set ``conn_id``, ``poll_interval`` and ``reading`` (what a failed check could not
-    read), and supply :meth:`connection_info` and :meth:`check`."""
+    (``Readiness.to_event()``); any failure, or a check that takes longer than ``check_timeout``
+    seconds, fires ``{"status": "error"}`` with its message. Subclasses set ``conn_id``,
+    ``poll_interval``, ``check_timeout`` and ``reading`` (what a failed check could not read), and
+    supply :meth:`connection_info` and :meth:`check` (which passes ``check_timeout`` to its driver)."""
 
     reading: ClassVar[str] = "the source"
     conn_id: str
     poll_interval: float
+    check_timeout: float
 
     @abstractmethod
     def connection_info(self, conn: Any) -> Any:
@@ -37,7 +52,17 @@ class ReadinessPollingTrigger(BaseTrigger):
             return
         while True:
             try:
-                readiness = await asyncio.to_thread(self.check, info)
+                readiness = await asyncio.wait_for(asyncio.to_thread(self.check, info), self.check_timeout)
+            except asyncio.TimeoutError:
+                yield TriggerEvent(
+                    {
+                        "status": "error",
+                        "message": f"cannot read {self.reading}: the server did not answer within "
+                        f"{self.check_timeout:g} s (check_timeout); is it overloaded or behind a firewall that "
+                        "drops packets?",
+                    }
+                )
+                return
             except Exception as exc:
                 yield TriggerEvent({"status": "error", "message": f"cannot read {self.reading}: {exc}"})
                 return

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import threading
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.triggers.polling import ReadinessPollingTrigger
+from airflow_provider_cdc.hooks.sqlserver_cdc import connection_info_from
+from airflow_provider_cdc.triggers.polling import DEFAULT_CHECK_TIMEOUT, ReadinessPollingTrigger
 
 
 class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
     """Polls the capture job's position every ``poll_interval``; fires ``{"status": "success"}``
     once it passed ``until`` (ISO-8601, UTC; None: once it captured anything), ``{"status":
-    "error"}`` when CDC is off or the database cannot be reached. pyodbc has no async API: each
-    poll runs in a thread."""
+    "error"}`` when CDC is off, the database cannot be reached or does not answer within
+    ``check_timeout`` seconds. pyodbc has no async API: each poll runs in a thread (see
+    :mod:`.polling`), its login bounded by ODBC's login timeout, its queries by ODBC's query
+    timeout and by cancelling them at ``check_timeout``, so the thread ends by itself."""
 
     def __init__(
         self,
@@ -21,6 +26,7 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
         poll_interval: float = 60.0,
         driver: str | None = None,
         server_time_zone: str = "UTC",
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     ):
         super().__init__()
         self.sqlserver_conn_id = sqlserver_conn_id
@@ -28,6 +34,7 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
         self.poll_interval = poll_interval
         self.driver = driver
         self.server_time_zone = server_time_zone
+        self.check_timeout = check_timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -38,6 +45,7 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
                 "poll_interval": self.poll_interval,
                 "driver": self.driver,
                 "server_time_zone": self.server_time_zone,
+                "check_timeout": self.check_timeout,
             },
         )
 
@@ -49,9 +57,7 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
     def reading(self) -> str:  # type: ignore[override]
         return "the capture job's position"
 
-    def connection_info(self, conn: Any) -> Any:
-        from airflow_provider_cdc.hooks.sqlserver_cdc import connection_info_from
-
+    def connection_info(self, conn: Any) -> Any:  # in the event loop: imported with the module
         return connection_info_from(conn, self.driver)
 
     def check(self, info: Any) -> Any:
@@ -59,8 +65,56 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
         from airflow_provider_cdc.cdc.sources.sqlserver.pending import capture_job_readiness
 
         until = None if not self.until else datetime.fromisoformat(self.until)
-        conn = connect(info)
+        timeout = max(1, math.ceil(self.check_timeout))
+        # The query timeout too: against a server that accepts the login and then stalls, this
+        # thread must end by itself (the trigger stops waiting for it, but cannot stop it).
+        conn = connect(info, login_timeout=timeout, query_timeout=timeout)
+        watched = _CancelledAfter(conn, self.check_timeout)
         try:
-            return capture_job_readiness(conn, until, self.server_time_zone)
+            return capture_job_readiness(watched, until, self.server_time_zone)
+        except Exception as exc:
+            if watched.expired:
+                raise TimeoutError(
+                    f"the server at {info.describe()} did not answer within {self.check_timeout:g} s (check_timeout)"
+                ) from exc
+            raise
         finally:
-            conn.close()
+            watched.close()
+
+
+class _CancelledAfter:
+    """A pyodbc connection as the engine's readers use it (``cursor()``), whose cursors are
+    cancelled once ``seconds`` have passed (ODBC's ``SQLCancel``: pyodbc's ``Cursor.cancel``,
+    made to be called from another thread). The bound for every driver: pyodbc's query timeout
+    needs a connection attribute some drivers refuse (see ``connect``)."""
+
+    def __init__(self, conn: Any, seconds: float) -> None:
+        self._conn = conn
+        self._cursors: list[Any] = []
+        self._lock = threading.Lock()
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cursor(self) -> Any:
+        with self._lock:
+            if self.expired:  # past the deadline: no new statement
+                raise TimeoutError("check_timeout passed")
+            cursor = self._conn.cursor()
+            self._cursors.append(cursor)
+            return cursor
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            cursors = list(self._cursors)
+        for cursor in cursors:
+            try:
+                cursor.cancel()
+            except Exception:  # a cursor already closed has nothing to cancel
+                pass
+
+    def close(self) -> None:
+        self._timer.cancel()
+        self._conn.close()

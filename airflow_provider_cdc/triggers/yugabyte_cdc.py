@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.triggers.polling import ReadinessPollingTrigger
+import psycopg
+
+from airflow_provider_cdc.cdc.errors import CdcError
+from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
+from airflow_provider_cdc.cdc.sources.yugabyte import admin
+from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
+from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, _connection_info, bounded
+from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
 
 
-class YugabyteCdcChangesTrigger(ReadinessPollingTrigger):
-    """Polls the slot every ``poll_interval``; fires ``{"status": "success"}`` once the server's
-    hybrid time passed ``until`` (ISO-8601, UTC; None: at once), ``{"status": "error"}`` when the
-    slot is missing, has expired (``expires_ms``, tracked by the capture since YugabyteDB does not
-    show it), or the server cannot be reached."""
+class YugabyteCdcChangesTrigger(BaseTrigger):
+    """Polls the slot every ``poll_interval`` with psycopg's async connection (YSQL speaks
+    PostgreSQL's protocol: nothing blocks the triggerer's event loop, as in
+    :class:`~.postgres_cdc.PostgresCdcChangesTrigger`); fires ``{"status": "success"}`` once the
+    server's hybrid time passed ``until`` (ISO-8601, UTC; None: at once), ``{"status": "error"}``
+    when the slot is missing, has expired (``expires_ms``, tracked by the capture since YugabyteDB
+    does not show it), or the server cannot be reached or does not answer within ``check_timeout``
+    seconds."""
 
     def __init__(
         self,
@@ -22,6 +34,7 @@ class YugabyteCdcChangesTrigger(ReadinessPollingTrigger):
         until: str | None,
         poll_interval: float = 60.0,
         expires_ms: int | None = None,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     ):
         super().__init__()
         self.yugabytedb_conn_id = yugabytedb_conn_id
@@ -29,6 +42,7 @@ class YugabyteCdcChangesTrigger(ReadinessPollingTrigger):
         self.until = until
         self.poll_interval = poll_interval
         self.expires_ms = expires_ms
+        self.check_timeout = check_timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -39,29 +53,54 @@ class YugabyteCdcChangesTrigger(ReadinessPollingTrigger):
                 "until": self.until,
                 "poll_interval": self.poll_interval,
                 "expires_ms": self.expires_ms,
+                "check_timeout": self.check_timeout,
             },
         )
 
-    @property
-    def conn_id(self) -> str:
-        return self.yugabytedb_conn_id
-
-    @property
-    def reading(self) -> str:  # type: ignore[override]
-        return f"slot {self.slot_name!r}"
-
-    def connection_info(self, conn: Any) -> Any:
-        from airflow_provider_cdc.hooks.postgres_cdc import connection_info_from
-
-        return connection_info_from(conn)
-
-    def check(self, info: Any) -> Any:
-        from airflow_provider_cdc.cdc.sources.postgres.connection import connect
-        from airflow_provider_cdc.cdc.sources.yugabyte.admin import slot_status
-        from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
-
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        login = await _connection_info(self.yugabytedb_conn_id, self.check_timeout)
+        if isinstance(login, TriggerEvent):
+            yield login
+            return
         until = None if not self.until else datetime.fromisoformat(self.until)
-        with connect(info) as conn:
-            status = slot_status(conn, self.slot_name)
-        now_ms = int(time.time() * 1000)
-        return slot_readiness(status, self.slot_name, wait_until=until, expires_ms=self.expires_ms, now_ms=now_ms)
+        while True:
+            status = await self._read_slot(login)
+            if isinstance(status, TriggerEvent):
+                yield status
+                return
+            readiness = slot_readiness(
+                status, self.slot_name, wait_until=until, expires_ms=self.expires_ms, now_ms=int(time.time() * 1000)
+            )
+            if readiness.state != "waiting":
+                yield TriggerEvent(readiness.to_event())
+                return
+            self.log.info("%s", readiness.message)
+            await asyncio.sleep(self.poll_interval)
+
+    async def _read_slot(self, login: Login) -> Any:
+        """The slot's :class:`YbSlotStatus` (None: missing), or an error event."""
+
+        async def read() -> Any:
+            async with await psycopg.AsyncConnection.connect(await login.conninfo(), autocommit=True) as conn:
+                cursor = await conn.execute(admin.SLOT_STATUS_SQL, (self.slot_name,))
+                return admin.slot_status(_Fetched(await cursor.fetchone()), self.slot_name)
+
+        try:
+            return await bounded(read(), self.check_timeout, login.describe())
+        except (psycopg.Error, CdcError, TimeoutError) as exc:
+            message = first_line(exc) if isinstance(exc, psycopg.Error) else str(exc)
+            return TriggerEvent({"status": "error", "message": f"cannot read slot {self.slot_name!r}: {message}"})
+
+
+class _Fetched:
+    """The row an async query fetched, shaped as the connection the engine's synchronous
+    ``admin.slot_status(conn, slot)`` reads it from (one parser of the row for both paths)."""
+
+    def __init__(self, row: Any) -> None:
+        self._row = row
+
+    def execute(self, *_: Any) -> _Fetched:
+        return self
+
+    def fetchone(self) -> Any:
+        return self._row

@@ -33,7 +33,7 @@ from airflow_provider_cdc.operators.postgres_cdc import (
 from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
 
 # -- Settings ------------------------------------------------------------------------------------
-# An Airflow connection of type postgres; its "schema" field is the database (here: shop).
+# An Airflow connection of type postgres_cdc (or postgres); its "schema" field is the database (here: shop).
 POSTGRES_CONN_ID = "shop_db"
 # Captured tables: each needs a primary key or REPLICA IDENTITY FULL.
 TABLES = ["public.customers", "public.orders", "public.order_items"]

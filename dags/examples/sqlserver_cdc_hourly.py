@@ -12,7 +12,7 @@ The DBA enables CDC first (docs/sqlserver.md): ``EXEC sys.sp_cdc_enable_db`` and
 ``snapshot_isolation_mode``, and a login with SELECT on the tables and the ``cdc`` schema.
 
 Everything it needs is in the settings below: the ``shop_mssql`` Airflow connection (type
-``mssql``; schema = the database; the ``driver`` extra names the ODBC driver) and two directories.
+``mssql_cdc``; schema = the database; the ``driver`` extra names the ODBC driver) and two directories.
 The Spark jobs run in the task's process unless ``SPARK_CONN_ID`` names a Spark connection. The
 tests point the settings elsewhere through the ``CDC_EXAMPLE_*`` environment variables; nothing
 else is read from the environment.
@@ -33,11 +33,12 @@ from airflow_provider_cdc.operators.cdc import (
     CdcSetupOperator,
     CdcSnapshotOperator,
 )
+from airflow_provider_cdc.operators.runs import RUN_END
 from airflow_provider_cdc.operators.sqlserver_health import SqlServerCdcRetentionHealthOperator
 from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
 # -- Settings ------------------------------------------------------------------------------------
-# An Airflow connection of type mssql; its "schema" field is the database (here: shop).
+# An Airflow connection of type mssql_cdc (or mssql); its "schema" field is the database (here: shop).
 SQLSERVER_CONN_ID = os.environ.get("CDC_EXAMPLE_SQLSERVER_CONN_ID", "shop_mssql")
 # Captured tables: each needs a capture instance (sys.sp_cdc_enable_table) and a primary key.
 TABLES = ["dbo.customers", "dbo.orders"]
@@ -77,13 +78,12 @@ with DAG(
     complete = CdcChangesSensor(
         task_id="interval_captured",
         capture=capture,
-        wait_until="{{ data_interval_end }}",
         mode="reschedule",
         poke_interval=30,
         timeout=3600,
         trigger_rule="none_failed",  # after a snapshot task that is skipped once the snapshot exists
     )
-    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time="{{ data_interval_end }}")
+    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time=RUN_END)
     state = CdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=STATE_PATH)
     health = SqlServerCdcRetentionHealthOperator(task_id="retention_health", capture=capture, trigger_rule="all_done")
     setup >> snapshot >> complete >> window >> [state, health]

@@ -13,7 +13,7 @@ Prerequisites (docs/yugabytedb.md): YugabyteDB v2024.2 or newer with logical rep
 a role with REPLICATION and SELECT on the tables (and, unless it is a superuser, the
 ``set_yb_read_time`` procedure of the docs for the snapshot), primary keys on captured tables.
 
-Everything it needs is in the settings below: the ``shop_yb`` Airflow connection (type ``postgres``,
+Everything it needs is in the settings below: the ``shop_yb`` Airflow connection (type ``yugabytedb_cdc``,
 pointing at a YSQL endpoint; schema = the database) and two directories; the Spark jobs run in
 the task's process unless ``SPARK_CONN_ID`` names a Spark connection. The tests point them
 elsewhere through the ``CDC_EXAMPLE_*`` environment variables; nothing else is read from the
@@ -35,11 +35,12 @@ from airflow_provider_cdc.operators.cdc import (
     CdcSetupOperator,
     CdcSnapshotOperator,
 )
+from airflow_provider_cdc.operators.runs import RUN_END
 from airflow_provider_cdc.operators.yugabyte_health import YugabyteCdcSlotHealthOperator
 from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
 # -- Settings ------------------------------------------------------------------------------------
-# An Airflow connection of type postgres to a YSQL endpoint; its "schema" field is the database.
+# An Airflow connection of type yugabytedb_cdc (or postgres) to a YSQL endpoint; its "schema" field is the database.
 YUGABYTEDB_CONN_ID = os.environ.get("CDC_EXAMPLE_YUGABYTEDB_CONN_ID", "shop_yb")
 # Captured tables: each needs a primary key.
 TABLES = ["public.customers", "public.orders"]
@@ -82,13 +83,12 @@ with DAG(
     complete = CdcChangesSensor(
         task_id="interval_committed",
         capture=capture,
-        wait_until="{{ data_interval_end }}",
         mode="reschedule",
         poke_interval=30,
         timeout=3600,
         trigger_rule="none_failed",  # after a snapshot task that is skipped once the snapshot exists
     )
-    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time="{{ data_interval_end }}")
+    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time=RUN_END)
     state = CdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=STATE_PATH)
     health = YugabyteCdcSlotHealthOperator(task_id="slot_health", capture=capture, trigger_rule="all_done")
     setup >> snapshot >> complete >> window >> [state, health]

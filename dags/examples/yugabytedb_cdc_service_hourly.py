@@ -36,6 +36,7 @@ from airflow_provider_cdc.operators.cdc import (
     CdcSetupOperator,
     CdcSnapshotOperator,
 )
+from airflow_provider_cdc.operators.runs import RUN_END
 from airflow_provider_cdc.operators.yugabyte_health import YugabyteCdcStreamHealthOperator
 from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
@@ -77,13 +78,12 @@ with DAG(
     complete = CdcChangesSensor(
         task_id="interval_committed",
         capture=capture,
-        wait_until="{{ data_interval_end }}",
         mode="reschedule",
         poke_interval=30,
         timeout=3600,
         trigger_rule="none_failed",  # after a snapshot task that is skipped once the snapshot exists
     )
-    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time="{{ data_interval_end }}")
+    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time=RUN_END)
     state = CdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=STATE_PATH)
     health = YugabyteCdcStreamHealthOperator(task_id="stream_health", capture=capture, trigger_rule="all_done")
     setup >> snapshot >> complete >> window >> [state, health]

@@ -50,6 +50,7 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
 
     db = db15
     dag, capture, errors = example_setup(db, tmp_path, monkeypatch)
+    lineage = record_run_lineage(dag)
     results = []
     keep_size_warnings = []
     for hour in range(3):
@@ -57,7 +58,9 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
             with db.connect() as conn:
                 shop.mutate(conn, round_no=hour)
         capfd.readouterr()
+        lineage.clear()
         results.append(af.run(dag, hour, errors=errors))
+        check_run_lineage(hour, dict(lineage))
         assert results[-1].state == "success", errors
         printed = capfd.readouterr()  # dag.test() prints the task logs
         keep_size_warnings.append([line for line in printed.out.splitlines() if "keep_size is -1" in line])
@@ -75,6 +78,11 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
     assert health[-1]["metrics"]["confirmed_flush_lsn"] == windows[-1]["to_lsn"]
     check_asset_events(dag, tmp_path, windows)
     check_lineage(dag, tmp_path, db)
+    lineage.clear()  # the last run cleared and run again: it reads and writes nothing
+    assert af.run(dag, 2, errors=errors).state == "success", errors
+    assert lineage == {t: ([], []) for t in ("snapshot", "capture_window", "current_state")} | {
+        f"{t}@start": ([], []) for t in ("snapshot", "capture_window", "current_state")
+    }
     with db.connect() as conn:
         for table, keys in KEYS.items():
             source = source_rows(conn, table, keys)
@@ -127,6 +135,55 @@ def check_asset_events(dag, sink_root, windows) -> None:
         assert events[f"{lake}/shop.transaction"]["transactions"] == window["transactions"]
     assert sum(e["events"] for u, e in by_task["capture_window"] if u.endswith("order_items")) > 0
     assert all("password" not in str(extra) for _, _, extra in rows)
+
+
+def record_run_lineage(dag) -> dict[str, tuple[list[str], list[str]]]:
+    """What each run reports to OpenLineage, as the provider's listener reads it: its own
+    ExtractorManager on the task object that ran, right after it ran (the task's success or skip
+    callback runs on that object just before the listener)."""
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from airflow.utils.state import TaskInstanceState
+
+    seen: dict[str, tuple[list[str], list[str]]] = {}
+
+    def short(dataset) -> str:  # public.orders for a source table, shop.public.orders for a dataset
+        if dataset.namespace.startswith("postgres://"):
+            return dataset.name.split(".", 1)[1]
+        return dataset.name.rsplit("/", 1)[-1]
+
+    def record(context) -> None:
+        skipped = context.get("exception") is not None
+        state = TaskInstanceState.SKIPPED if skipped else TaskInstanceState.SUCCESS
+        found = ExtractorManager().extract_metadata(context["dag_run"], context["task"], state, context["ti"])
+        seen[context["ti"].task_id] = (sorted(map(short, found.inputs)), sorted(map(short, found.outputs)))
+
+    def record_start(context) -> None:  # the START event, before the run decided anything
+        found = ExtractorManager().extract_metadata(
+            context["dag_run"], context["task"], TaskInstanceState.RUNNING, context["ti"]
+        )
+        seen[f"{context['ti'].task_id}@start"] = (sorted(map(short, found.inputs)), sorted(map(short, found.outputs)))
+
+    for task_id in ("snapshot", "capture_window", "current_state"):
+        dag.get_task(task_id).on_execute_callback = [record_start]
+        dag.get_task(task_id).on_success_callback = [record]
+        dag.get_task(task_id).on_skipped_callback = [record]
+    return seen
+
+
+def check_run_lineage(hour: int, seen: dict) -> None:
+    """Only what each run did (issue 30, item 2): the snapshot of run 0 read every table and landed
+    their topics (no transactions); the window after it landed nothing; later snapshots are
+    skipped; later windows read and land every table's changes, with their transactions."""
+    topics = sorted(f"shop.{t}" for t in KEYS)
+    for task_id in ("snapshot", "capture_window", "current_state"):  # START claims nothing
+        assert seen.pop(f"{task_id}@start") == ([], []), f"{task_id}: the START event claimed datasets"
+    if hour == 0:
+        assert seen["snapshot"] == (sorted(KEYS), topics)
+        assert seen["capture_window"] == ([], []), "a window that landed nothing read and wrote nothing"
+    else:
+        assert seen["snapshot"] == ([], []), "a skipped snapshot read and wrote nothing"
+        assert seen["capture_window"] == (sorted(KEYS), sorted([*topics, "shop.transaction"]))
+    assert seen["current_state"] == (topics, topics)  # a new version of each state table
 
 
 def check_lineage(dag, sink_root, db) -> None:

@@ -177,6 +177,7 @@ from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcSetupOperator,
     PostgresCdcSnapshotOperator,
 )
+from airflow_provider_cdc.sensors.postgres_cdc import PostgresCdcChangesSensor
 
 capture = PostgresCapture(
     postgres_conn_id="rt_db",
@@ -199,6 +200,12 @@ with DAG(
         PostgresCdcSetupOperator(task_id="setup", capture=capture)
         >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
         >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
+    )
+
+# The field report's sensor: deferrable, default wait_until, triggered by hand (no data interval).
+with DAG("cdc_rt_sensor", schedule=None, start_date=pendulum.parse(os.environ["CDC_RT_START"])):
+    PostgresCdcChangesSensor(
+        task_id="wait", capture=capture, deferrable=True, require_captured_change=True, poke_interval=1, timeout=300
     )
 
 # A downstream DAG scheduled on the capture's transaction table (an outlet Asset of its tasks).
@@ -325,7 +332,15 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
         summaries[scheduled[0]]["to_lsn"],
     )
 
+    # The deferrable sensor in a manual run: nothing captured is pending, so it defers; the
+    # triggerer sees the next change and the sensor succeeds with the trigger's event.
+    airflow.wait_for_dag("cdc_rt_sensor")
+    airflow.unpause("cdc_rt_sensor")
+    sensed = airflow.trigger("cdc_rt_sensor")
+    airflow._wait(lambda: airflow.states("cdc_rt_sensor", sensed).get("wait") == "deferred", 120, "the deferral")
     expected = mutate()
+    assert airflow.wait_for_run("cdc_rt_sensor", sensed, 120)["state"] == "success", airflow.component_logs()
+    assert airflow.xcom("cdc_rt_sensor", sensed, "wait")["status"] == "success"
     now = airflow.trigger(dag_id)  # manual, no logical date, no data interval
     assert window(now)["changes"] == expected and "(manual, no data interval" in decision(now)
     expected = mutate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 
@@ -264,6 +265,10 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
     assert af.run(dag, 0, errors=errors).state == "success", errors
     with db.connect() as conn:
         made = shop.mutate(conn, round_no=1)
+    for submitted in (False, True):  # killed windows land nothing and leave nothing running
+        _kill_during_a_window(db, conn_id, tmp_path, monkeypatch, spark, submitted=submitted)
+    _kill_during_a_window(db, conn_id, tmp_path, monkeypatch, spark, submitted=False, timeout=True)
+    _kill_the_task_group(db, conn_id, tmp_path, monkeypatch)
     submitted = make_capture(db, conn_id, tmp_path, spark_conn_id="spark_local")
     dag = capture_dag(f"submit_b_{db.name}", submitted, errors)
     result = af.run(dag, 1, errors=errors)
@@ -281,7 +286,10 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
         start_date=af.START,
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as state_dag:
-        PostgresCdcCurrentStateOperator(task_id="state", capture=submitted, state_path=str(tmp_path / "state"))
+        # Mapped (issue 30, item 6): a mapped task runs as an unmapped one does.
+        PostgresCdcCurrentStateOperator.partial(
+            task_id="state", capture=submitted, state_path=str(tmp_path / "state")
+        ).expand(as_of_window=[""])
     af.register(state_dag)
     state = af.run(state_dag, 0, errors=errors)
     assert state.tasks == {"state": "success"}, errors
@@ -302,6 +310,164 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
                 topic=Topic.for_table("shop", schema, name),
             )
             assert_same_state(spark_rows(frame, keys), source_rows(conn, table, keys))
+
+
+def _kill_during_a_window(db, conn_id, sink, monkeypatch, spark, *, submitted: bool, timeout: bool = False) -> None:
+    """Airflow kills the window task (its supervisor's SIGTERM, or its execution_timeout) while
+    its job holds the slot, in the task's process or submitted: the task fails, no Spark job,
+    spark-submit or driver is left, the slot is not active, the capture lock is free and nothing
+    was acknowledged (the caller's next run then lands exactly the changes). In the task's
+    process, the kill comes while the main thread waits in a py4j call (a running Spark action),
+    as it does in a real window."""
+    import signal
+    import threading
+    import time
+    from datetime import timedelta
+
+    from airflow_provider_cdc.cdc import faults
+    from tests.conftest import ROOT
+
+    pidfile = sink / f"stalled-{submitted}-{timeout}.pid"
+    monkeypatch.setenv("CDC_TEST_STALL_PIDFILE", str(pidfile))
+    original = faults.point
+    if submitted:  # the job stalls in the spark-submit driver
+        app = str(ROOT / "tests" / "support" / "stalled_cdc_job.py")
+        stalled = make_capture(db, conn_id, sink, spark_conn_id="spark_local", spark_application=app)
+    else:  # the job stalls here, reading the slot, in a Spark action
+
+        def stall(name: str) -> None:
+            if name == "window.streaming":
+                pidfile.write_text(str(os.getpid()))
+                spark.sparkContext.parallelize([0], 1).foreach(lambda _: time.sleep(600))
+            original(name)
+
+        monkeypatch.setattr(faults, "point", stall)
+        stalled = make_capture(db, conn_id, sink)
+    errors: dict = {}
+    window = {"execution_timeout": timedelta(seconds=10)} if timeout else {}
+    dag = capture_dag(f"killed_{submitted}_{timeout}_{db.name}", stalled, errors, **window)
+    before = db.slot_status().confirmed_flush_lsn
+    seen: dict = {}
+
+    def kill_when_streaming() -> None:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        while not submitted and not spark.sparkContext.statusTracker().getActiveJobsIds():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # the stalling action runs: the main thread is inside py4j
+        seen["driver"] = int(pidfile.read_text()) if pidfile.exists() else None
+        seen["active"] = db.slot_status().active
+        if not timeout:
+            os.kill(os.getpid(), signal.SIGTERM)  # what the supervisor sends the task process
+
+    watcher = threading.Thread(target=kill_when_streaming, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    result = af.run(dag, 1, errors=errors)
+    watcher.join()
+    monkeypatch.setattr(faults, "point", original)
+    assert seen["driver"] is not None and seen["active"], "the job never held the slot"
+    assert result.tasks["window"] == "failed", errors
+    assert ("AirflowTaskTimeout" if timeout else "was killed") in result.error("window")
+    assert time.monotonic() - started < 120
+    if submitted:
+        assert not _running(seen["driver"]), "the driver outlived its task"
+    else:
+        for _ in range(50):  # the cancelled task's Python worker is stopped
+            if not spark.sparkContext.statusTracker().getActiveJobsIds():
+                break
+            time.sleep(0.1)
+        assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the Spark job outlived its task"
+    _assert_released(db, before)
+
+
+def _kill_the_task_group(db, conn_id, sink, monkeypatch) -> None:
+    """The end of the supervisor's kill (Airflow 3 runs each task in its own process group, and
+    SIGKILLs the group when SIGTERM did not end it within 5 s, e.g. while on_kill waits for a YARN
+    kill; or the OOM killer): spark-submit and its driver die with the task, in the group,
+    and the server releases the slot and the lock."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.conftest import ROOT
+
+    pidfile = sink / "stalled-group.pid"
+    monkeypatch.setenv("CDC_TEST_STALL_PIDFILE", str(pidfile))
+    task = (
+        "import json, sys\n"
+        "from tests.integration.test_operators import capture_dag, make_capture\n"
+        "from tests.support import airflow as af\n"
+        "a = json.loads(sys.argv[1])\n"
+        "db = type('Db', (), {'name': a['name'], 'slot': a['slot'], 'publication': a['publication']})\n"
+        "capture = make_capture(db, a['conn_id'], a['sink'], spark_conn_id='spark_local', spark_application=a['app'])\n"
+        "af.run(capture_dag('killed_group_' + a['name'], capture, {}), 1)\n"
+    )
+    args = {
+        "name": db.name,
+        "slot": db.slot,
+        "publication": db.publication,
+        "conn_id": conn_id,
+        "sink": str(sink),
+        "app": str(ROOT / "tests" / "support" / "stalled_cdc_job.py"),
+    }
+    before = db.slot_status().confirmed_flush_lsn
+    # Its own process group, as the supervisor starts a task.
+    child = subprocess.Popen([sys.executable, "-c", task, json.dumps(args)], cwd=ROOT, process_group=0)
+    processes: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pidfile.exists(), f"the submitted job never held the slot (task exit code {child.poll()})"
+        assert db.slot_status().active
+        processes = psutil.Process(child.pid).children(recursive=True)  # spark-submit, its driver, ...
+        assert int(pidfile.read_text()) in {p.pid for p in processes}
+        os.killpg(child.pid, signal.SIGKILL)  # the supervisor's escalation
+        child.wait(timeout=30)
+        names = {p.pid: p.name() for p in processes}
+        deadline = time.monotonic() + 10
+        while any(_running(p.pid) for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        alive = {pid: name for pid, name in names.items() if _running(pid)}
+        assert not alive, f"outlived the task's process group (spark-submit, its driver): {alive}"
+    finally:
+        for process in processes:  # never leave a stalled job behind, whatever failed
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if child.poll() is None:
+            child.kill()
+    _assert_released(db, before)
+
+
+def _assert_released(db, before) -> None:
+    import time
+
+    from airflow_provider_cdc.cdc.sources.postgres import admin
+
+    for _ in range(50):  # the server notices the closed replication connection
+        if not db.slot_status().active:
+            break
+        time.sleep(0.1)
+    assert not db.slot_status().active
+    assert db.slot_status().confirmed_flush_lsn == before, "a killed run acknowledged the slot"
+    with db.connect() as conn:
+        admin.try_capture_lock(conn, "shop")  # free: raises naming the holder otherwise
+        admin.release_capture_lock(conn, "shop")
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a killed process whose new parent has not reaped it yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_missing_spark_connection_is_a_clear_error(shop_db, tmp_path):

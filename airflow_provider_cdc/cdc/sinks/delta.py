@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, path_from_uri, topic_location
 from airflow_provider_cdc.cdc.sinks.formats import APP_ID_PREFIX, DELTA, TAG_PREFIX, TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import contained, inside
@@ -68,7 +68,7 @@ class DeltaTables:
             raise CdcConfigurationError(f"unknown Delta option(s) {unknown}: only table properties 'delta.*'")
 
     def table_uri(self, topic: Topic) -> str:
-        return os.path.join(self.base_path, topic.directory)
+        return topic_location(self.base_path, topic.directory)
 
     def exists(self, topic: Topic) -> bool:
         return _load(self.table_uri(topic)) is not None
@@ -194,7 +194,7 @@ class DeltaTables:
     def data_files(self, topic: Topic) -> list[str]:
         table = _load(self.table_uri(topic))
         # file_uris() percent-encodes local paths ('a b' → 'a%20b').
-        return [] if table is None else [unquote(u) for u in table.file_uris()]
+        return [] if table is None else [path_from_uri(u) for u in table.file_uris()]
 
     def maintain(self, topic: Topic, *, compact: bool = True, retain_hours: float | None = None) -> dict:
         """Compact small files and/or vacuum: delete files unreferenced for ``retain_hours`` (time
@@ -266,14 +266,14 @@ def _active_files(table: Any, uri: str) -> list[dict[str, Any]]:
     actions = actions.select([c for c in wanted if c in actions.column_names])  # not every column's stats
     return [
         {
-            "path": unquote(r["path"]),
+            "path": path_from_uri(r["path"]),
             "size": r["size_bytes"],
             "num_records": r.get("num_records"),
             "min": r.get(f"min.{WINDOW_ID_FIELD}"),
             "max": r.get(f"max.{WINDOW_ID_FIELD}"),
         }
         for r in actions.to_pylist()
-        if _inside_table(uri, unquote(r["path"]))
+        if _inside_table(uri, path_from_uri(r["path"]))
     ]
 
 
@@ -290,7 +290,7 @@ def _may_hold(f: Mapping[str, Any], window_id: str) -> bool:
 
 
 def _relative(uri: str, file: str) -> str:
-    path = os.path.abspath(unquote(urlparse(file).path) if file.startswith("file:") else file)
+    path = os.path.abspath(path_from_uri(urlparse(file).path) if file.startswith("file:") else file)
     relative = os.path.relpath(path, uri)
     if relative.startswith(".."):
         raise CdcConfigurationError(f"{file} is not inside the Delta table {uri}")

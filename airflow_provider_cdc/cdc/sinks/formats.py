@@ -20,7 +20,7 @@ extraction's "seen" rows stay plain Parquet files: they are the product's own bo
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -65,6 +65,23 @@ def check_table_sink(sink_format: str, sink_path: str, catalog: Mapping[str, str
         raise CdcConfigurationError(
             f"sink_format={sink_format!r} writes its tables to local or file:// sink paths in this release, "
             f"not {scheme}:// ones; use sink_format='parquet' on object stores and HDFS"
+        )
+
+
+def check_table_names(sink_format: str, topic_prefix: str, tables: Iterable[Any]) -> None:
+    """Tables whose names the format cannot hold, refused before anything is written: delta-rs
+    cannot open a table whose path has a '%', and a name with a character outside
+    ``[A-Za-z0-9_-]`` is escaped with one in its topic directory (see :mod:`..naming`)."""
+    if sink_format != DELTA:
+        return
+    from airflow_provider_cdc.cdc.naming import topic_directory
+
+    escaped = [f"{t.schema}.{t.name}" for t in tables if "%" in topic_directory(topic_prefix, t.schema, t.name)]
+    if escaped:
+        raise CdcConfigurationError(
+            f"sink_format='delta' cannot hold table(s) {escaped}: their names have characters outside "
+            "[A-Za-z0-9_-], escaped with '%' in their directories, and delta-rs cannot open such paths. "
+            "Use sink_format 'parquet' or 'iceberg' for them"
         )
 
 

@@ -45,7 +45,6 @@ from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,7 +60,7 @@ from pyiceberg.transforms import TruncateTransform
 
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.naming import Topic, directory_parts, topic_location
 from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, ICEBERG, TableCommit, WindowTag, local_base
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import (
@@ -122,10 +121,10 @@ class IcebergTables:
 
     def identifier(self, topic: Topic) -> tuple[str, ...]:
         # From the escaped directory, not the name: a schema or table name may contain dots.
-        return tuple(unquote(part) for part in topic.directory.split("."))
+        return directory_parts(topic.directory)
 
     def table_uri(self, topic: Topic) -> str:
-        return f"{self.base_path}/{topic.directory}"
+        return topic_location(self.base_path, topic.directory)
 
     def exists(self, topic: Topic) -> bool:
         return self.catalog.table_exists(self.identifier(topic))

@@ -339,7 +339,8 @@ def write_parquet_file(path: str, batches: Iterable[pa.RecordBatch], *, row_grou
         nonlocal in_flight
         if in_flight is not None:
             in_flight.result()  # one row group at a time, in order; raises its error
-        assert writer is not None
+        if writer is None:
+            raise RuntimeError("row group written before the Parquet writer was opened")
         in_flight = background.submit(writer.write_table, pa.Table.from_batches(group))
 
     try:

@@ -62,12 +62,14 @@ def committed_table_rows(
 ) -> pa.Table | None:
     """The rows of ``topic``'s lake table in the windows of ``entries`` (None: no such rows)."""
     fmt = table_format_of(entries)
-    assert fmt is not None
+    if fmt is None:
+        raise CdcStateError(f"the commit log's windows of {topic!r} name no lake table format")
     seqs = [e.window.seq for e in entries if (d := e.dataset(topic)) is not None and d.events]
     if not seqs:
         return None
     tables = table_format(fmt, local_base(base_path), topic_prefix, table_catalog)
-    assert tables is not None
+    if tables is None:
+        raise RuntimeError(f"no lake table store for sink format {fmt!r}")
     rows = tables.scan_arrow(_topic(entries, topic), window_seqs=seqs)
     return rows if rows is not None and rows.num_rows else None
 
@@ -81,9 +83,11 @@ def committed_table_files(
 ) -> list[str]:
     """The Parquet files of ``topic``'s lake table now (Spark reads them, filtering windows)."""
     fmt = table_format_of(entries)
-    assert fmt is not None
+    if fmt is None:
+        raise CdcStateError(f"the commit log's windows of {topic!r} name no lake table format")
     tables = table_format(fmt, local_base(base_path), topic_prefix, table_catalog)
-    assert tables is not None
+    if tables is None:
+        raise RuntimeError(f"no lake table store for sink format {fmt!r}")
     dataset = _topic(entries, topic)
     return tables.data_files(dataset) if tables.exists(dataset) else []
 
@@ -188,7 +192,8 @@ def check_landed_tables(
     if sink_format == PARQUET:
         return
     tables = table_format(sink_format, local_base(base_path), topic_prefix, table_catalog)
-    assert tables is not None
+    if tables is None:
+        raise RuntimeError(f"no lake table store for sink format {sink_format!r}")
     for dataset in entry.datasets:
         if not dataset.table:
             continue

@@ -20,6 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_cdc.cdc.naming import path_from_uri
+
 _INT_RANK = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 3, pa.int64(): 4}
 
 
@@ -112,7 +114,8 @@ def spark_read_merged(spark: Any, paths: Sequence[str]) -> Any:
 
     # One window directory can hold files of several table versions (an ALTER TABLE inside the
     # window), and Spark reads a directory with one schema: group the files by their schema.
-    files = [f for path in paths for f in spark.read.parquet(path).inputFiles()]
+    # inputFiles() are encoded URIs: decoded once, or Hadoop reads an escaped directory's '%' twice.
+    files = [path_from_uri(f) for path in paths for f in spark.read.parquet(path).inputFiles()]
     groups: dict[str, list[str]] = {}
     schemas: dict[str, Any] = {}
     for file in files:

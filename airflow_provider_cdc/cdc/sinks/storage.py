@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.naming import encoded_uri
 
 
 class Storage(Protocol):
@@ -107,6 +108,86 @@ def storage_for(base_path: str, spark_provider: Callable[[], Any] | None = None)
             return ArrowFsStorage(base_path)
         return HadoopStorage(base_path, spark_provider)
     return LocalStorage(base_path)
+
+
+#: Jinja's markers: a path setting holding one was written for a templating it does not get.
+_JINJA_MARKERS = ("{{", "{%", "{#")
+
+_GLOB = "Spark (Hadoop) reads every path as a glob pattern"
+#: Characters a path setting cannot hold, and why: each makes one of the readers of the path
+#: (Spark, Arrow, delta-rs, Airflow's Asset URIs, OpenLineage) see another place than the others.
+#: Escaping them instead would have to be done right in every one of those, for every format.
+_REFUSED_CHARACTERS = {
+    "%": "Spark reads it verbatim while Arrow and delta-rs decode it as a URI escape, so they would not agree "
+    "on the directory",
+    "?": "a URI's query starts there (the outlet Assets and lineage would name only the part before it, one "
+    f"Asset for every dataset) and {_GLOB}, where it matches any character",
+    "#": "a URI's fragment starts there: the outlet Assets and lineage would name only the part before it, one "
+    "Asset for every dataset",
+    "*": f"{_GLOB}, where it matches any name: a read could take in other directories' data",
+    "[": f"{_GLOB}, where it opens a character class: the read would not find the directory",
+    "]": f"{_GLOB}, where it closes a character class: the read would not find the directory",
+    "{": f"{_GLOB}, where it opens a list of alternatives: the read would not find the directory",
+    "}": f"{_GLOB}, where it closes a list of alternatives: the read would not find the directory",
+    "\\": f"{_GLOB}, where it escapes the next character: the read would not find the directory",
+}
+
+
+def check_path_setting(path: Any, name: str = "sink_path") -> str:
+    """A sink or state path as a DAG file gives it, checked when the DAG is parsed (no I/O);
+    returns it as a string.
+
+    The path fixes where the data and the capture's durable records live and which Airflow
+    Assets the tasks update, and Airflow needs those Assets when it parses the DAG (lineage,
+    asset-triggered DAGs). So the path must mean the same place in every process that reads it:
+    no Jinja (it is not templated: it would be rendered only at run time, after the Assets were
+    named), no relative or ``~`` path (resolved against each process's working or home
+    directory: the DAG processor's at parse, each worker's at run; a URI's path must be absolute
+    too), and none of the characters in :data:`_REFUSED_CHARACTERS` or control characters (Spark
+    globs read paths, Arrow and delta-rs decode ``%``, URI parsers cut at ``?`` and ``#``: the
+    readers would disagree on the directory, or the Assets would name another one)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path.strip():
+        raise CdcConfigurationError(f"{name} is required (an absolute local directory or a Hadoop URI), got {path!r}")
+    if any(marker in path for marker in _JINJA_MARKERS):
+        raise CdcConfigurationError(
+            f"{name} {path!r} holds a Jinja template, but {name} is not templated: it names where the data lands "
+            "and the Assets the tasks update, which Airflow needs when it parses the DAG. Resolve it in the DAG "
+            f'file instead: {name}=Variable.get("lake") (read at each parse), an environment variable, or the '
+            "path written out"
+        )
+    for char, why in _REFUSED_CHARACTERS.items():
+        if char in path:
+            raise CdcConfigurationError(f"{name} {path!r} contains {char!r}: {why}. Choose a path without {char!r}")
+    control = next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise CdcConfigurationError(
+            f"{name} {path!r} contains the control character {control!r}: URI parsers drop it, so the outlet "
+            "Assets and lineage would name another directory. Choose a path without control characters"
+        )
+    if is_uri(path):
+        parsed = urlparse(path)
+        if not (parsed.path.startswith("/") or (parsed.netloc and not parsed.path)):
+            raise CdcConfigurationError(
+                f"{name} {path!r} is a URI with a relative path ({parsed.path!r}): like a relative local path, "
+                "it would be resolved against each process's working directory, or not at all. Give the "
+                "absolute path after the scheme: file:///abs/dir, hdfs://namenode:8020/abs/dir, "
+                "hdfs:///abs/dir (the default file system), s3a://bucket/prefix"
+            )
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise CdcConfigurationError(
+                f"{name} {path!r} names the host {parsed.netloc!r}: a file URI's local directory follows three "
+                f"slashes, file:///{parsed.netloc}{parsed.path} for the directory /{parsed.netloc}{parsed.path}"
+            )
+    elif not os.path.isabs(path):
+        raise CdcConfigurationError(
+            f"{name} {path!r} is not absolute: it would be resolved against the working (or home) directory "
+            "of each process that reads it, the DAG processor's when the DAG is parsed and each worker's at run "
+            "time, so the data and its Assets could end up in different places. Give an absolute path or a "
+            f"URI (for a directory beside the DAG file: str(Path(__file__).parent / {path!r}))"
+        )
+    return path
 
 
 def check_writable(base_path: str) -> None:
@@ -360,7 +441,8 @@ class ArrowFsStorage:
         parsed = urlparse(self.base_uri)
         scheme = self.SCHEME_ALIASES.get(parsed.scheme, parsed.scheme)
         try:
-            self._fs, self._root = pafs.FileSystem.from_uri(scheme + self.base_uri[len(parsed.scheme) :])
+            uri = encoded_uri(scheme + self.base_uri[len(parsed.scheme) :])  # Arrow decodes it
+            self._fs, self._root = pafs.FileSystem.from_uri(uri)
         except (ValueError, OSError) as exc:
             raise CdcConfigurationError(f"cannot open sink_path {base_uri!r} outside Spark: {exc}") from None
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
@@ -370,10 +452,11 @@ class ArrowFsStorage:
         return f"{self.base_uri}/{inside(rel)}" if rel else self.base_uri
 
     def dataset_uri(self, rel: str) -> str:
+        """Encoded: Arrow reads it (as a URI, decoding it), and escaped names hold '%'."""
         uri = self.uri(rel)
         if self._local:
             check_no_links(self._path(rel))
-        return uri
+        return encoded_uri(uri)
 
     def _path(self, rel: str) -> str:
         if rel and self._local:  # a file:// sink: links are followed there too

@@ -23,6 +23,7 @@ from airflow_provider_cdc.cdc.errors import (
     UnknownTableError,
 )
 from airflow_provider_cdc.cdc.incremental import signal_columns_problem
+from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.attached_code import (
     signal_table_write_problems,
     unsafe_signal_table_message,
@@ -41,7 +42,6 @@ from airflow_provider_cdc.cdc.tables import select_tables
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1
 GENERATED_COLUMNS_VERSION = 120000  # pg_attribute.attgenerated
-PUBLICATION_MODES = ("filtered", "all_tables", "disabled")
 _RELKINDS = {"v": "view", "m": "materialized view", "f": "foreign table", "S": "sequence", "c": "composite type"}
 
 
@@ -491,7 +491,8 @@ def ensure_slot(conn, slot: str, database: str) -> tuple[SlotStatus, bool]:
         return status, False
     conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
     created = slot_status(conn, slot)
-    assert created is not None
+    if created is None:
+        raise SlotMissingError(f"replication slot {slot!r} was created but is not in pg_replication_slots")
     return created, True
 
 
@@ -549,7 +550,8 @@ def advance_slot(conn, slot: str, lsn: Lsn, *, release_timeout: float = 10.0) ->
         return confirmed
     conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, str(lsn)))
     after = slot_status(conn, slot)
-    assert after is not None and after.confirmed_flush_lsn is not None
+    if after is None or after.confirmed_flush_lsn is None:
+        raise SlotMissingError(f"replication slot {slot!r} was dropped while it was being advanced")
     if after.confirmed_flush_lsn < lsn:
         # pg_replication_slot_advance stops at the flushed WAL position; the target was flushed
         # when the window was read, so this only happens if the target was never flushed.

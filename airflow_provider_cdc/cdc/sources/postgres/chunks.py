@@ -250,7 +250,8 @@ def chunk_statement(plan: ChunkPlan, limit: int):
     from psycopg import sql
 
     progress = plan.progress
-    assert progress.max_key is not None
+    if progress.max_key is None:
+        raise RuntimeError(f"chunk of {progress.table} planned without its max key")
     bounds = [sql.SQL("{} <= {}").format(_row_sql(plan), _key_sql(plan, progress.max_key))]
     if progress.last_key is not None:
         bounds.append(sql.SQL("{} > {}").format(_row_sql(plan), _key_sql(plan, progress.last_key)))

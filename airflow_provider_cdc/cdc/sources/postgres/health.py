@@ -10,10 +10,12 @@ happens. Pure: shared by the check operator and its trigger, unit-tested without
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+
+if TYPE_CHECKING:  # annotations only: admin (psycopg, pyarrow) is not loaded when a DAG file is parsed
+    from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 
 #: ``max_slot_wal_keep_size`` in bytes (-1: unlimited); readable without superuser.
 KEEP_SIZE_SQL = "SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size'))"
@@ -72,8 +74,8 @@ class SlotHealth:
         )
         return (
             f"slot {self.slot_name!r} is healthy (wal_status {m.get('wal_status')!r}): acknowledged up to "
-            f"{m.get('confirmed_flush_lsn')}, {m.get('lag_bytes')} bytes behind the server (WAL written since; "
-            "right after a window, at least its 96-byte end-of-window message); "
+            f"{m.get('confirmed_flush_lsn')}, {m.get('lag_bytes')} bytes behind the server "
+            f"({_behind(m.get('lag_bytes'))}); "
             f"{m.get('retained_bytes')} bytes of WAL retained from restart_lsn {m.get('restart_lsn')}, {limit}. "
             "restart_lsn trails the acknowledged position: PostgreSQL moves it only to a running-transactions "
             "record decoded since the previous acknowledgement (one is logged every 15 s while WAL is written, "
@@ -90,6 +92,23 @@ class SlotHealth:
             "metrics": dict(self.metrics),
             "message": self.summary(),
         }
+
+
+#: What the slot has right after a window: the window's end-of-window message (a 92-byte record,
+#: 96 with alignment) where it was acknowledged, plus a running-transactions record or two.
+_JUST_AFTER_A_WINDOW_BYTES = 256
+
+
+def _behind(lag: Any) -> str:
+    """Say what the bytes behind are, in terms that match their size."""
+    if lag == 0:
+        return "nothing written since the last acknowledgement"
+    if isinstance(lag, int) and lag <= _JUST_AFTER_A_WINDOW_BYTES:
+        return "about what a window leaves: its 96-byte end-of-window message and the server's own records since"
+    return (
+        "WAL the whole server wrote since the last window, in every database and table, captured or not; "
+        "the next window reads past it"
+    )
 
 
 def assess(status: SlotStatus | None, slot_name: str, keep_size_bytes: int, thresholds: HealthThresholds) -> SlotHealth:

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError
+from airflow_provider_cdc.cdc.errors import CdcError, CdcStateError, OffsetMismatchError
 from airflow_provider_cdc.cdc.incremental_run import drop_emitted_chunks
 from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.naming import Topic
@@ -82,7 +82,8 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
     """Read one stream window from the slot into the sink and publish its commit-log entry."""
     info = spec.connection
     window = spec.window
-    assert window.from_lsn is not None and window.to_lsn is not None
+    if window.from_lsn is None or window.to_lsn is None:
+        raise CdcStateError(f"stream window {window.describe()} has no start or end position: its job spec is broken")
     # This session also resolves the types of columns added while the window is read.
     with connect(info) as catalog:
         tables = flavour.check_source(catalog, spec)
@@ -169,7 +170,10 @@ def _check_stream_source(conn: Any, spec: PostgresJobSpec) -> dict:
         TableEncoder(table, table.columns, spec.events)
     admin.verify_publication(conn, spec.publication_name, refs)
     status = admin.require_slot(conn, spec.slot_name, spec.connection.dbname)
-    assert status.confirmed_flush_lsn is not None and window.from_lsn is not None
+    if status.confirmed_flush_lsn is None or window.from_lsn is None:
+        raise CdcStateError(
+            f"replication slot {spec.slot_name!r} has no confirmed position, or {window.describe()} has no start"
+        )
     if status.confirmed_flush_lsn > window.from_lsn:
         raise OffsetMismatchError(
             f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, past the start "
@@ -194,7 +198,8 @@ def _run_snapshot(spec: PostgresJobSpec, spark_provider: SparkProvider) -> Commi
     context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
     with ReplicationConnection(info) as replication:
         creation = replication.create_slot(_temporary_slot_name(), temporary=True, export_snapshot=True)
-        assert creation.snapshot_name is not None
+        if creation.snapshot_name is None:
+            raise CdcStateError("the server exported no snapshot for the snapshot's temporary slot")
         faults.point("snapshot.exported")
         with connect(info) as conn:
             import_snapshot(conn, creation.snapshot_name)

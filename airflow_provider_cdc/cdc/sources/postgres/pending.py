@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_provider_cdc.cdc.readiness import Readiness
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+
+if TYPE_CHECKING:  # annotations only: admin (psycopg, pyarrow) is not loaded when a DAG file is parsed
+    from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 
 
 def slot_readiness(status: SlotStatus | None, slot_name: str, min_pending_bytes: int) -> Readiness:

@@ -135,7 +135,8 @@ def plan_stream_window(
     offset = core.stream_start(
         mode, offset, identity, offset_type=PostgresOffset, start=confirmed, start_name="the slot's confirmed position"
     ).note_into(notes_list)
-    assert offset.lsn is not None
+    if offset.lsn is None:
+        raise RuntimeError("the stream's start offset has no position")
     acknowledge_first = None
     check_slot_not_ahead(slot, offset)
     if confirmed < offset.lsn:

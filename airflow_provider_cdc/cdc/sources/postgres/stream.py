@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.naming import message_topic, table_topic
 from airflow_provider_cdc.cdc.progress import StreamStats as ProgressStats
 from airflow_provider_cdc.cdc.sources.postgres.columnar import TRUNCATE_ROW
@@ -162,7 +162,8 @@ class WindowCollector:
         if self.done:
             return True
         to_lsn = self.window.to_lsn
-        assert to_lsn is not None
+        if to_lsn is None:
+            raise CdcStateError(f"stream window {self.window.describe()} has no end position")
         if isinstance(frame, Keepalive):
             if self._tx is None and frame.wal_end >= to_lsn:
                 self.done = True
@@ -178,7 +179,8 @@ class WindowCollector:
         complete. Separate from :meth:`feed` so a source with other frame rules (YugabyteDB)
         reuses the message handling."""
         to_lsn = self.window.to_lsn
-        assert to_lsn is not None
+        if to_lsn is None:
+            raise CdcStateError(f"stream window {self.window.describe()} has no end position")
         if isinstance(message, Begin):
             if message.final_lsn >= to_lsn:
                 self.done = True
@@ -279,7 +281,8 @@ class WindowCollector:
         """An Update with an old 'K' (key changed) or 'O' (REPLICA IDENTITY FULL) tuple: decoded
         here, because it may become two events or need the old row's values."""
         message = decode_message(payload)
-        assert isinstance(message, Update) and message.old is not None
+        if not isinstance(message, Update) or message.old is None:
+            raise DecodingError(f"expected an Update with its old tuple at LSN {lsn}, got {type(message).__name__}")
         old, new = message.old, message.new
         if len(old) != len(new):
             raise DecodingError(f"update of {buffer.encoder.table.ref}: old and new tuples differ in width")

@@ -149,7 +149,8 @@ def text_codec(modes: ValueModes) -> Codec:
 def cast_binary(values: bv.BinaryColumn, codec: Codec, *, column: str, table: str) -> pa.Array:
     """Convert binary send forms with ``codec.binary`` (the same values :func:`cast_text` gives
     for their text forms, and the same error for a value the codec cannot represent)."""
-    assert codec.binary is not None
+    if codec.binary is None:
+        raise RuntimeError(f"column {column!r} of {table}: its codec has no binary form")
     try:
         return codec.binary(values)
     except bv.BinaryValueError as exc:
@@ -479,7 +480,8 @@ def _hstore(pg_type: PgType, modes: ValueModes) -> Codec:
 
 
 def _array_codec(pg_type: PgType, modes: ValueModes) -> Codec:
-    assert pg_type.element is not None
+    if pg_type.element is None:
+        raise TypeError(f"{pg_type} is not an array type")
     # An array column's type modifier belongs to its elements: numeric(5,2)[], varchar(10)[].
     element_type = pg_type.element
     if element_type.modifier < 0 <= pg_type.modifier:

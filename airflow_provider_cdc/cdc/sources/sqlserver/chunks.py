@@ -151,7 +151,8 @@ def max_key_statement(plan: ChunkPlan) -> tuple[str, list[Any]]:
 def chunk_statement(plan: ChunkPlan, limit: int) -> tuple[str, list[str]]:
     """The chunk after the last key, up to the max key, in key order; its key texts last."""
     progress = plan.progress
-    assert progress.max_key is not None
+    if progress.max_key is None:
+        raise RuntimeError(f"chunk of {progress.table} planned without its max key")
     source, params = _source_sql(plan)  # its parameters come first, as in the text
     upper, more = _bound(plan, "<", progress.max_key, inclusive=True)
     clauses = [upper]

@@ -16,6 +16,7 @@ fields are braced (docs/sqlserver.md, "The Airflow connection").
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
 #: Environment variable the job reads the password from when it runs out of process.
@@ -265,18 +268,31 @@ def _braced(value: str) -> str:
     return "{" + value.replace("}", "}}") + "}"
 
 
-def connect(info: SqlServerConnectionInfo, *, autocommit: bool = True):  # -> pyodbc.Connection
-    """A pyodbc connection; errors name the server, never the password."""
+def connect(
+    info: SqlServerConnectionInfo, *, autocommit: bool = True, login_timeout: int = 0, query_timeout: int = 0
+):  # -> pyodbc.Connection
+    """A pyodbc connection; errors name the server, never the password. ``login_timeout``:
+    seconds ODBC waits for the server to accept the login (0: the driver's default).
+    ``query_timeout``: seconds each statement may take before the driver cancels it (pyodbc's
+    ``Connection.timeout``: ODBC's ``SQL_ATTR_QUERY_TIMEOUT`` on every cursor; 0: no limit): the
+    login timeout does not cover a server that accepts the login and then stalls. pyodbc sets it
+    through ``SQL_ATTR_CONNECTION_TIMEOUT``, which Microsoft's drivers take; a driver that refuses
+    it (psqlODBC) gets none, so a caller that must not block uses its own deadline as well."""
     import pyodbc
 
     check_installed(info.driver)
     try:
-        conn = pyodbc.connect(info.odbc(), autocommit=autocommit)
+        conn = pyodbc.connect(info.odbc(), autocommit=autocommit, timeout=login_timeout)
     except pyodbc.Error as exc:
         message = error_message(exc)
         if info.password:
             message = message.replace(info.password, "***")
         raise CdcTransientError(f"cannot connect to SQL Server at {info.describe()}: {message}") from None
+    if query_timeout:
+        try:
+            conn.timeout = query_timeout
+        except pyodbc.Error as exc:
+            logger.debug("the ODBC driver of %s takes no query timeout: %s", info.describe(), error_message(exc))
     return conn
 
 

@@ -76,7 +76,8 @@ def _describe(conn: Any, spec: SqlServerJobSpec, *, with_signal_table: bool = Fa
 
 def _run_stream(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> CommitEntry:
     window = spec.window
-    assert window.from_lsn is not None and window.to_lsn is not None
+    if window.from_lsn is None or window.to_lsn is None:
+        raise CdcStateError(f"stream window {window.describe()} has no start or end position: its job spec is broken")
     low, high = SqlServerLsn(window.from_lsn), SqlServerLsn(window.to_lsn)
     info = spec.connection
     conn = connect(info)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import ClassVar
-
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING, ClassVar
 
 from airflow_provider_cdc.cdc.errors import InvalidLsnError
 from airflow_provider_cdc.cdc.positions import Position
+
+if TYPE_CHECKING:  # numpy and pyarrow load where events are built, not when a DAG file is parsed
+    import pyarrow as pa
 
 LSN_BYTES = 10
 MAX_SQLSERVER_LSN = (1 << (8 * LSN_BYTES)) - 1
@@ -94,19 +94,23 @@ def lsn_or_none(value: int | str | bytes | None) -> SqlServerLsn | None:
     return None if value is None else SqlServerLsn(value)
 
 
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
+_HEX_DIGITS = b"0123456789abcdef"
 _LSN_TEXT_WIDTH = 22  # vvvvvvvv:bbbbbbbb:ssss
 
 
 def lsn_texts(lsns: Sequence[int]) -> pa.Array:
     """``str(SqlServerLsn(v))`` of every value, as one string array: the 10 bytes of each LSN
     are hex-printed with numpy (a per-value ``str()`` cost as much as the rest of an event)."""
+    import numpy as np
+    import pyarrow as pa
+
+    hex_digits = np.frombuffer(_HEX_DIGITS, np.uint8)
     n = len(lsns)
     to_bytes = int.to_bytes  # not SqlServerLsn.to_bytes(), which takes no arguments
     raw = np.frombuffer(b"".join([to_bytes(v, LSN_BYTES, "big") for v in lsns]), np.uint8).reshape(n, LSN_BYTES)
     digits = np.empty((n, 2 * LSN_BYTES), np.uint8)
-    digits[:, 0::2] = _HEX_DIGITS[raw >> 4]
-    digits[:, 1::2] = _HEX_DIGITS[raw & 0x0F]
+    digits[:, 0::2] = hex_digits[raw >> 4]
+    digits[:, 1::2] = hex_digits[raw & 0x0F]
     text = np.empty((n, _LSN_TEXT_WIDTH), np.uint8)
     text[:, 0:8], text[:, 9:17], text[:, 18:22] = digits[:, 0:8], digits[:, 8:16], digits[:, 16:20]
     text[:, 8] = text[:, 17] = ord(":")

@@ -30,7 +30,14 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import rows
+
+
+def rows(conn: Any, statement: str, *params: Any) -> list[tuple]:
+    # admin (types: numpy, pyarrow) loads on first query: zone_of runs when a DAG file is parsed
+    from airflow_provider_cdc.cdc.sources.sqlserver.admin import rows as admin_rows
+
+    return admin_rows(conn, statement, *params)
+
 
 #: The server's offset now (minutes east of UTC) and the instant it is for, on its own clock.
 OFFSET_SQL = "SELECT DATEPART(TZOFFSET, SYSDATETIMEOFFSET()), SYSUTCDATETIME()"
@@ -78,7 +85,8 @@ class ServerClock:
 
     def zone_offset_minutes(self, zone: ZoneInfo) -> int:
         offset = self.utc_now.astimezone(zone).utcoffset()
-        assert offset is not None
+        if offset is None:
+            raise RuntimeError(f"time zone {zone} gives no UTC offset")
         return int(offset.total_seconds() // 60)
 
     def mismatch(self, zone_name: str) -> str | None:

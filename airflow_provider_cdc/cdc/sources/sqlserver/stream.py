@@ -271,7 +271,8 @@ class WindowReader:
 
     def read(self, rows: Iterator[tuple[CaptureInstance, tuple]], window: Window) -> StreamStats:
         """Consume merged ``(instance, row)`` pairs (row: start_lsn, seqval, operation, values...)."""
-        assert window.from_lsn is not None and window.to_lsn is not None
+        if window.from_lsn is None or window.to_lsn is None:
+            raise CdcStateError(f"stream window {window.describe()} has no start or end position")
         current: _Transaction | None = None
         current_start: bytes | None = None
         pending_before: tuple | None = None

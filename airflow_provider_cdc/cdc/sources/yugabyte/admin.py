@@ -31,6 +31,7 @@ from airflow_provider_cdc.cdc.errors import (
     CdcConfigurationError,
     CdcTransientError,
     ConcurrentCaptureError,
+    DecodingError,
     PublicationError,
     SlotConfigurationError,
     SlotMissingError,
@@ -46,12 +47,12 @@ from airflow_provider_cdc.cdc.sources.postgres.replication import (
     XLogData,
 )
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, pg_identifier, quote_ident
+from airflow_provider_cdc.cdc.sources.yugabyte import LSN_TYPES  # noqa: F401 (re-exported)
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_text, ht_to_unix_us
 
 log = logging.getLogger(__name__)
 
 PLUGIN = "yboutput"
-LSN_TYPES = ("HYBRID_TIME", "SEQUENCE")
 MAX_POSITION = (1 << 64) - 1
 
 SLOT_STATUS_SQL = """
@@ -403,20 +404,24 @@ def find_fence(
             kind = frame.payload[:1]
             if kind == b"B":
                 message = decode_message(frame.payload)
-                assert isinstance(message, Begin)
+                if not isinstance(message, Begin):
+                    raise DecodingError(f"a 'B' message decoded as {type(message).__name__}")
                 begin = message.final_lsn
             elif kind == b"R":
                 relation = decode_message(frame.payload)
-                assert isinstance(relation, Relation)
+                if not isinstance(relation, Relation):
+                    raise DecodingError(f"an 'R' message decoded as {type(relation).__name__}")
                 if (relation.namespace, relation.name) == (heartbeat.schema, heartbeat.name):
                     fence_oid = relation.oid
                     names = [c.name for c in relation.columns]
                     window_column = names.index("window_id") if "window_id" in names else None
             elif kind in (b"I", b"U") and fence_oid is not None and window_column is not None:
                 change = decode_message(frame.payload)
-                assert isinstance(change, (Insert, Update))
+                if not isinstance(change, (Insert, Update)):
+                    raise DecodingError(f"an {kind!r} message decoded as {type(change).__name__}")
                 if change.relation_oid == fence_oid and change.new[window_column] == wanted:
-                    assert begin is not None
+                    if begin is None:
+                        raise DecodingError("a heartbeat change arrived before its transaction's Begin")
                     return begin
     raise CdcTransientError(
         f"the fence row of window {window_id} did not arrive on slot {slot!r} within {timeout:.0f}s; "
@@ -451,12 +456,14 @@ def acknowledge(
             kind = frame.payload[:1]
             if kind == b"B":
                 begin = decode_message(frame.payload)
-                assert isinstance(begin, Begin)
+                if not isinstance(begin, Begin):
+                    raise DecodingError(f"a 'B' message decoded as {type(begin).__name__}")
                 if begin.final_lsn > flush:
                     break
             elif kind == b"C":
                 commit = decode_message(frame.payload)
-                assert isinstance(commit, Commit)
+                if not isinstance(commit, Commit):
+                    raise DecodingError(f"a 'C' message decoded as {type(commit).__name__}")
                 if commit.commit_lsn <= flush:
                     last = commit.commit_lsn
         if last is not None:

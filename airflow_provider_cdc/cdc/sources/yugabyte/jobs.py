@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcError, OffsetMismatchError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.errors import CdcError, CdcStateError, OffsetMismatchError, SnapshotRequiredError
 from airflow_provider_cdc.cdc.jobs import SparkProvider, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -73,7 +73,8 @@ def _check_stream_source(conn: Any, spec: YugabyteJobSpec) -> dict:
         TableEncoder(table, table.columns, spec.events)
     pg_admin.verify_publication(conn, spec.publication_name, list(spec.tables))
     status = admin.require_slot(conn, spec.slot_name, spec.connection.dbname, spec.lsn_type)
-    assert window.from_lsn is not None
+    if window.from_lsn is None:
+        raise CdcStateError(f"stream window {window.describe()} has no start position: its job spec is broken")
     if status.confirmed_flush_lsn is not None and status.confirmed_flush_lsn >= window.from_lsn:
         raise OffsetMismatchError(
             f"slot {spec.slot_name!r} is confirmed up to {status.confirmed_flush_lsn}, at or past the start "

@@ -135,7 +135,8 @@ def plan_stream_window(
     offset = core.stream_start(
         mode, offset, identity, offset_type=YugabyteOffset, start=start, start_name="the slot's restart point"
     ).note_into(notes)
-    assert offset.lsn is not None
+    if offset.lsn is None:
+        raise RuntimeError("the stream's start offset has no position")
     check_slot_not_ahead(slot, offset)
     target = max(end + 1, int(offset.lsn)) if clamp else end + 1
     window, offset = core.plan_window(

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, LogicalMessage, Truncate, decode_message
 from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
@@ -138,7 +138,8 @@ class YbWindowCollector(WindowCollector):
             return self._on_message(message, frame.wal_start)
         if isinstance(message, Begin):
             from_lsn, to_lsn = self.window.from_lsn, self.window.to_lsn
-            assert to_lsn is not None
+            if to_lsn is None:
+                raise CdcStateError(f"stream window {self.window.describe()} has no end position")
             if message.final_lsn < to_lsn and from_lsn is not None and message.final_lsn < from_lsn:
                 if self._tx is not None:
                     raise DecodingError(f"Begin at {message.final_lsn:X} inside transaction {self._tx.xid}")

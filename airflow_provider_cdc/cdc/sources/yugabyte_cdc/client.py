@@ -262,7 +262,8 @@ class YbCdcClient:
                     continue
                 self._master_leader = address
                 return response
-            assert last is not None
+            if last is None:
+                raise RuntimeError("no master address to call")
             raise last
 
         return self._retrying(f"{method.name} on masters of stream {self.stream_id}", once)

@@ -116,7 +116,8 @@ class YbCdcWindowCollector(WindowCollector):
         if self._on_message(Begin(key.commit_time, ht_to_unix_us(key.commit_time), 0), key.commit_time):
             raise DecodingError(f"transaction {key.id} is past the end of {self.window.describe()}")
         tx = self._tx
-        assert tx is not None
+        if tx is None:
+            raise RuntimeError(f"transaction {key.id} began but was not opened")
         # The transaction side table's id is YB's (TxKey.id), not pgoutput's "<xid>:<lsn>".
         tx.id = key.id
         self._chunk_txs[-1] = tx.entry()

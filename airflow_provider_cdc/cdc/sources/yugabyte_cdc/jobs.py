@@ -22,7 +22,7 @@ import logging
 import time
 
 from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, CdcTransientError
 from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
@@ -142,7 +142,8 @@ def end_state(tablets: TabletCheckpoints, merge: WindowMerge) -> TabletCheckpoin
 
 def _run_stream(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEntry:
     window = spec.window
-    assert window.from_lsn is not None and window.to_lsn is not None
+    if window.from_lsn is None or window.to_lsn is None:
+        raise CdcStateError(f"stream window {window.describe()} has no start or end position: its job spec is broken")
     from_ht, to_ht = int(window.from_lsn), int(window.to_lsn)
     start = spec.tablets.polled()
     if not start:

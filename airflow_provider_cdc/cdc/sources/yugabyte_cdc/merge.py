@@ -254,7 +254,8 @@ class _TabletReader:
 
     def _cut(self) -> None:
         """End before the record just taken (it belongs to the next window)."""
-        assert self._page is not None
+        if self._page is None:
+            raise RuntimeError("window cut before any page was read")
         self._finish(TabletPosition(self._page.request.checkpoint, self._end_ht, 0))
 
     def _schema(self, row: pb.RowMessage) -> None:
@@ -273,7 +274,8 @@ class _TabletReader:
             record = self._take()
             if record is None:
                 if self.end is None and self.watermark >= self._end_ht:
-                    assert self._last_page is not None
+                    if self._last_page is None:
+                        raise RuntimeError("window finished before any page was read")
                     self._finish(self._last_page.next_position)
                 continue
             row = record.row_message
@@ -362,7 +364,8 @@ class _TabletReader:
     def part(self) -> Iterator[tuple[pb.CDCSDKProtoRecordPB, pb.RowMessage | None]]:
         """The head transaction's changes on this tablet, each with its table's schema record."""
         key = self.head
-        assert key is not None
+        if key is None:
+            raise RuntimeError("no head transaction to read")
         for record in self._fragment(key):
             row = record.row_message
             yield record, self.schemas.get(_table_key(row))

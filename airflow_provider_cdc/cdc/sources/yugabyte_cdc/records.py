@@ -81,12 +81,15 @@ class RowImage:
     def payload(self, relation_oid: int) -> bytes:
         """The pgoutput Insert/Update/Delete message of this change."""
         if self.op == EventOp.CREATE:
-            assert self.new is not None
+            if self.new is None:
+                raise DecodingError("an insert record without its new row")
             return encode_insert(relation_oid, self.new)
         if self.op == EventOp.UPDATE:
-            assert self.new is not None
+            if self.new is None:
+                raise DecodingError("an update record without its new row")
             return encode_update(relation_oid, self.old_kind, self.old, self.new)
-        assert self.old is not None and self.old_kind is not None
+        if self.old is None or self.old_kind is None:
+            raise DecodingError("a delete record without its old row")
         return encode_delete(relation_oid, self.old_kind, self.old)
 
 

@@ -65,6 +65,18 @@ def test_unlimited_keep_size_is_stated_not_warned_every_run():
     assert "28% of max_slot_wal_keep_size (104857600)" in limited
 
 
+def test_the_bytes_behind_are_explained_in_terms_that_match_their_size():
+    """Right after a window the slot is about one end-of-window message behind; 50 kB behind is the
+    server's other WAL since, not "at least a 96-byte message"."""
+    just_after = assess(reading(0, 5 * MB, 5 * MB + 96), "slot", 100 * MB, HealthThresholds()).summary()
+    assert "96 bytes behind the server (about what a window leaves: its 96-byte end-of-window message" in just_after
+    idle = assess(reading(0, 5 * MB, 5 * MB), "slot", 100 * MB, HealthThresholds()).summary()
+    assert "0 bytes behind the server (nothing written since the last acknowledgement)" in idle
+    busy = assess(reading(0, 5 * MB, 5 * MB + 50_000), "slot", 100 * MB, HealthThresholds()).summary()
+    assert "50000 bytes behind the server (WAL the whole server wrote since the last window" in busy
+    assert "96-byte" not in busy
+
+
 @pytest.mark.parametrize("bad", [{"max_retained_fraction": 0}, {"max_retained_fraction": 1.5}, {"max_lag_bytes": 0}])
 def test_bad_thresholds_are_refused(bad):
     with pytest.raises(CdcConfigurationError):

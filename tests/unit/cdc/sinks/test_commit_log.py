@@ -128,3 +128,15 @@ def test_storage_refuses_paths_that_leave_the_sink(tmp_path, path):
     for call in (storage.uri, storage.read_text, storage.exists, storage.list_names, storage.delete_tree):
         with pytest.raises(CdcStateError, match="does not stay inside the sink"):
             call(path)
+
+
+def test_arrow_reads_escaped_names_through_a_path_and_a_file_uri(tmp_path):
+    # The directory is 'p.Sales%20Dept.o%27rders%3A%20%C3%A9t%C3%A9': Arrow decodes the URIs it is
+    # given, so a file:// sink must hand it that name encoded once more (and the base's space too).
+    odd = Topic.for_table("p", "Sales Dept", "o'rders: été")
+    base = tmp_path / "my lake"
+    writer = ParquetSink(str(base), "p").open_window(window := Window(1, "stream", Lsn(10), Lsn(20), 1), [odd])
+    writer.write_batches(odd, [batch([1, 2])])
+    writer.commit(window)
+    for sink_path in (str(base), f"file://{base}"):
+        assert read_topic_arrow(sink_path, "p", odd.name).column("v").to_pylist() == [1, 2], sink_path

@@ -146,7 +146,8 @@ class RpcConnection:
         even by a TLS-enabled server. A server without TLS reads the handshake as a bad
         connection header and drops the connection: that is a configuration error, never a
         reason to fall back to plaintext."""
-        assert self.tls is not None
+        if self.tls is None:
+            raise RuntimeError("TLS handshake asked for on a plaintext connection")
         hostname = self.tls.server_hostname or self.host
         where = f"{self.host}:{self.port}"
         try:
@@ -228,7 +229,8 @@ class RpcConnection:
         the frame's buffer). A response frame above ``max_response_bytes`` (default: the
         connection's ``max_message_size``) fails with :class:`FrameTooLarge` before it is read."""
         self.connect()
-        assert self._sock is not None
+        if self._sock is None:
+            raise RuntimeError(f"connection to {self.host} is not open")
         what = f"{service}.{method}"
         limit = self.max_message_size if max_response_bytes is None else min(max_response_bytes, self.max_message_size)
         deadline = time.monotonic() + timeout
@@ -275,7 +277,8 @@ class RpcConnection:
 
     def _read_into(self, view: memoryview, deadline: float, what: str, *, in_frame: bool) -> None:
         """Fill ``view`` from the socket (``recv_into``: no intermediate chunks)."""
-        assert self._sock is not None
+        if self._sock is None:
+            raise RuntimeError(f"connection to {self.host} is not open")
         size, filled = len(view), 0
         while filled < size:
             remaining = deadline - time.monotonic()
