@@ -102,6 +102,8 @@ def _age_last_read(capture, ms: int) -> None:
 def test_the_capture_lock_falls_back_to_a_row_lock_without_advisory_locks(request, pg15, airflow_db, tmp_path):
     import logging
 
+    from airflow.sdk import Connection
+
     from tests.support.yugabyte.fixtures import standin_for
 
     generator = standin_for(request, pg15, advisory_locks=False)
@@ -110,7 +112,9 @@ def test_the_capture_lock_falls_back_to_a_row_lock_without_advisory_locks(reques
         workload.create(standin, customers=1, orders_per_customer=0)
         capture = make_capture("unused", tmp_path, standin.database)
         hook = capture.hook()
-        hook.__dict__["connection_info"] = standin.connection_info()
+        # The stand-in, not a stored connection: the hook's connection (no extra) and what it resolves to.
+        hook._connection = Connection(conn_id="unused", conn_type="yugabytedb_cdc")
+        hook.__dict__["_configured_info"] = standin.connection_info()
         capture.hook = lambda: hook  # type: ignore[method-assign]
         with capture.open_run(logging.getLogger("test")):
             with pytest.raises(ConcurrentCaptureError, match="already running"):
