@@ -14,13 +14,30 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.version_compat import BaseHook, BaseTrigger, TriggerEvent
 
 #: Seconds one check (connect and queries) may take before the trigger gives up with an error event.
 DEFAULT_CHECK_TIMEOUT = 60.0
+
+
+async def poll_readiness(
+    trigger: BaseTrigger, check: Callable[[], Awaitable[Any]], poll_interval: float
+) -> AsyncIterator[TriggerEvent]:
+    """The wait of every readiness trigger: ``check()`` every ``poll_interval`` seconds until it
+    returns an error event (fired as is) or a ``Readiness`` that is not "waiting" (its event)."""
+    while True:
+        readiness = await check()
+        if isinstance(readiness, TriggerEvent):
+            yield readiness
+            return
+        if readiness.state != "waiting":
+            yield TriggerEvent(readiness.to_event())
+            return
+        trigger.log.info("%s", readiness.message)
+        await asyncio.sleep(poll_interval)
 
 
 class ReadinessPollingTrigger(BaseTrigger):
@@ -50,24 +67,21 @@ class ReadinessPollingTrigger(BaseTrigger):
         except Exception as exc:  # report, don't swallow: the task fails with this message
             yield TriggerEvent({"status": "error", "message": f"cannot load connection {self.conn_id!r}: {exc}"})
             return
-        while True:
-            try:
-                readiness = await asyncio.wait_for(asyncio.to_thread(self.check, info), self.check_timeout)
-            except asyncio.TimeoutError:
-                yield TriggerEvent(
-                    {
-                        "status": "error",
-                        "message": f"cannot read {self.reading}: the server did not answer within "
-                        f"{self.check_timeout:g} s (check_timeout); is it overloaded or behind a firewall that "
-                        "drops packets?",
-                    }
-                )
-                return
-            except Exception as exc:
-                yield TriggerEvent({"status": "error", "message": f"cannot read {self.reading}: {exc}"})
-                return
-            if readiness.state != "waiting":
-                yield TriggerEvent(readiness.to_event())
-                return
-            self.log.info("%s", readiness.message)
-            await asyncio.sleep(self.poll_interval)
+        async for event in poll_readiness(self, lambda: self._check_in_thread(info), self.poll_interval):
+            yield event
+
+    async def _check_in_thread(self, info: Any) -> Any:
+        """One :meth:`check` in a thread, bounded by ``check_timeout``; a failure is an error event."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.check, info), self.check_timeout)
+        except asyncio.TimeoutError:
+            return TriggerEvent(
+                {
+                    "status": "error",
+                    "message": f"cannot read {self.reading}: the server did not answer within "
+                    f"{self.check_timeout:g} s (check_timeout); is it overloaded or behind a firewall that "
+                    "drops packets?",
+                }
+            )
+        except Exception as exc:
+            return TriggerEvent({"status": "error", "message": f"cannot read {self.reading}: {exc}"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -14,6 +13,7 @@ from airflow_provider_cdc.cdc.errors import CdcError
 from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.yugabyte import admin
 from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
+from airflow_provider_cdc.triggers.polling import poll_readiness
 from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, _connection_info, bounded
 from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
 
@@ -63,19 +63,16 @@ class YugabyteCdcChangesTrigger(BaseTrigger):
             yield login
             return
         until = None if not self.until else datetime.fromisoformat(self.until)
-        while True:
+
+        async def check() -> Any:
             status = await self._read_slot(login)
             if isinstance(status, TriggerEvent):
-                yield status
-                return
-            readiness = slot_readiness(
-                status, self.slot_name, wait_until=until, expires_ms=self.expires_ms, now_ms=int(time.time() * 1000)
-            )
-            if readiness.state != "waiting":
-                yield TriggerEvent(readiness.to_event())
-                return
-            self.log.info("%s", readiness.message)
-            await asyncio.sleep(self.poll_interval)
+                return status
+            now_ms = int(time.time() * 1000)
+            return slot_readiness(status, self.slot_name, wait_until=until, expires_ms=self.expires_ms, now_ms=now_ms)
+
+        async for event in poll_readiness(self, check, self.poll_interval):
+            yield event
 
     async def _read_slot(self, login: Login) -> Any:
         """The slot's :class:`YbSlotStatus` (None: missing), or an error event."""

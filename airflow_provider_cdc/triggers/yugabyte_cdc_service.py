@@ -13,6 +13,7 @@ import psycopg
 
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_from_datetime
+from airflow_provider_cdc.triggers.polling import poll_readiness
 from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, _connection_info, bounded
 from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
 
@@ -70,17 +71,15 @@ class YugabyteCdcServiceChangesTrigger(BaseTrigger):
             yield login
             return
         until = None if not self.until else datetime.fromisoformat(self.until)
-        while True:
+
+        async def check() -> Any:
             try:
-                readiness = await self._check(login, until)
+                return await self._check(login, until)
             except Exception as exc:  # the task fails with this message
-                yield TriggerEvent({"status": "error", "message": f"cannot read CDC stream {self.stream_id}: {exc}"})
-                return
-            if readiness.state != "waiting":
-                yield TriggerEvent(readiness.to_event())
-                return
-            self.log.info("%s", readiness.message)
-            await asyncio.sleep(self.poll_interval)
+                return TriggerEvent({"status": "error", "message": f"cannot read CDC stream {self.stream_id}: {exc}"})
+
+        async for event in poll_readiness(self, check, self.poll_interval):
+            yield event
 
     async def _check(self, login: Login, until: datetime | None) -> Readiness:
         where = login.describe()
