@@ -54,6 +54,7 @@ def run_submitted(
         from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
 
         secrets[CATALOG_SECRET_ENV] = spec.options.table_catalog_secret
+    secrets.update(object_store_secrets(spec.options.object_store))
     result = submit(
         spec.to_json(),
         name=f"cdc-{spec.topic_prefix}-{spec.window.window_id}",
@@ -70,7 +71,17 @@ def state_secrets(spec: Any) -> dict[str, str]:
     """What a submitted current-state job needs beside its spec: the catalog's secret, if any."""
     from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
 
-    return {CATALOG_SECRET_ENV: spec.table_catalog_secret} if spec.table_catalog_secret is not None else {}
+    secrets = {CATALOG_SECRET_ENV: spec.table_catalog_secret} if spec.table_catalog_secret is not None else {}
+    return {**secrets, **object_store_secrets(spec.object_store)}
+
+
+def object_store_secrets(access: Any) -> dict[str, str]:
+    """The object store's keys for a submitted job's environment (never its spec)."""
+    if access is None or access.access_key_id is None:
+        return {}
+    from airflow_provider_cdc.cdc.sinks.object_store import OBJECT_STORE_SECRET_ENV
+
+    return {OBJECT_STORE_SECRET_ENV: access.secret_json()}
 
 
 def submit(

@@ -38,7 +38,7 @@ stamp=".venv/.installed-$(cat pyproject.toml requirements/constraints.txt | sha2
 if [ ! -f "$stamp" ]; then
   log "installing Python dependencies (a few minutes on a fresh machine)"
   .venv/bin/python -m pip install -q --upgrade pip uv
-  .venv/bin/uv pip install -q --python .venv/bin/python -c requirements/constraints.txt -e ".[spark,test,bench,sqlserver,lineage,iceberg,delta,yugabytedb-grpc]"
+  .venv/bin/uv pip install -q --python .venv/bin/python -c requirements/constraints.txt -e ".[spark,test,bench,sqlserver,lineage,iceberg,delta,s3,yugabytedb-grpc]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -111,6 +111,29 @@ def spark():
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (SeaweedFS) on loopback for the whole session (tests/support/s3_server.py)."""
+    from tests.support import s3_server as server_module
+
+    server = server_module.start(Path(tempfile.mkdtemp(prefix="cdc-test-s3-")))
+    yield server
+    server.stop()
+    shutil.rmtree(server.directory, ignore_errors=True)
+
+
+@pytest.fixture
+def s3_prefix(request, s3_server) -> Iterator[str]:
+    """A fresh ``s3://lake/<test>-<n>`` prefix, with the server's admin access active for the test."""
+    from airflow_provider_cdc.cdc.sinks import object_store
+    from tests.support.s3_server import BUCKET
+
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60]
+    prefix = f"s3://{BUCKET}/{name}-{os.getpid()}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]}"
+    with object_store.using(s3_server.access()):
+        yield prefix
+
+
+@pytest.fixture(scope="session")
 def airflow_db():
     """An initialised SQLite metadata database, once per session."""
     from airflow.sdk.log import configure_logging

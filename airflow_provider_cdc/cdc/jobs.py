@@ -64,7 +64,12 @@ def spec_from_json(text: str) -> Any:
 
 def run_window_job(spec: Any, spark_provider: SparkProvider | None = None) -> Any:
     """Run the window of ``spec`` (any source's job spec) and return its commit-log entry."""
-    return _load(_entry(spec.connector)[1])(spec, spark_provider)
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    # Every store client the job builds (Arrow, delta-rs, pyiceberg, the commit log) uses the
+    # capture's object-store access.
+    with object_store.using(spec.options.object_store):
+        return _load(_entry(spec.connector)[1])(spec, spark_provider)
 
 
 def lazy_session(spark: Any) -> Callable[[], Any]:

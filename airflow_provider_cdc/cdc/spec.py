@@ -17,6 +17,7 @@ from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.incremental import WATERMARK_MODES, IncrementalState
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 
@@ -42,6 +43,10 @@ class CaptureOptions:
     # written for spark-submit travels without it and the job reads it from CATALOG_SECRET_ENV.
     table_catalog_secret_property: str | None = None
     table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
+    # How to reach an object store under sink_path/state_path (object_store_conn_id): the spec
+    # keeps its endpoint, region and addressing style; a submitted job reads its keys from
+    # OBJECT_STORE_SECRET_ENV (cdc/sinks/object_store.py).
+    object_store: ObjectStoreAccess | None = None
 
     def __post_init__(self) -> None:
         from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
@@ -61,12 +66,18 @@ class CaptureOptions:
     def to_dict(self) -> dict[str, Any]:
         data = {**self.__dict__, "table_catalog": dict(self.table_catalog)}
         data.pop("table_catalog_secret")
+        data.pop("object_store")
+        if self.object_store is not None:
+            data["object_store"] = self.object_store.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureOptions:
+        data = dict(data)
         secret = os.environ.get(CATALOG_SECRET_ENV) if data.get("table_catalog_secret_property") else None
-        return cls(**data, table_catalog_secret=secret)
+        store = data.pop("object_store", None)
+        access = ObjectStoreAccess.from_env_dict(store) if store is not None else None
+        return cls(**data, table_catalog_secret=secret, object_store=access)
 
     def catalog_properties(self) -> dict[str, str]:
         """The Iceberg catalog's properties, with the secret one when there is one."""
@@ -195,6 +206,7 @@ class StateJobSpec:
     table_catalog: dict[str, str] = field(default_factory=dict)  # the sink's Iceberg catalog, if any
     table_catalog_secret_property: str | None = None  # as in CaptureOptions
     table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
+    object_store: ObjectStoreAccess | None = None  # as in CaptureOptions
 
     job = "current_state"
 
@@ -226,6 +238,7 @@ class StateJobSpec:
                 **({"sink_format": self.sink_format} if self.sink_format != "parquet" else {}),
                 **({"table_catalog": dict(self.table_catalog)} if self.table_catalog else {}),
                 **({"table_catalog_secret_property": p} if (p := self.table_catalog_secret_property) else {}),
+                **({"object_store": self.object_store.to_dict()} if self.object_store is not None else {}),
             },
             sort_keys=True,
             indent=1,
@@ -249,6 +262,7 @@ class StateJobSpec:
             table_catalog_secret=(
                 os.environ.get(CATALOG_SECRET_ENV) if data.get("table_catalog_secret_property") else None
             ),
+            object_store=ObjectStoreAccess.from_env_dict(data["object_store"]) if data.get("object_store") else None,
         )
 
 

@@ -420,6 +420,13 @@ def _spark(arrow_schema: Any) -> Any:
 
 def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
     """Run a :class:`StateJobSpec`: one state table per topic."""
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    with object_store.using(spec.object_store):
+        return _run_state_job(spec, spark_provider)
+
+
+def _run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
     from airflow_provider_cdc.cdc.sinks.reader import check_entry_formats
     from airflow_provider_cdc.cdc.spark_session import get_or_create_session
 
