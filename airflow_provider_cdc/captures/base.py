@@ -36,6 +36,7 @@ from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, stre
 from airflow_provider_cdc.cdc.positions import Position
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
+from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
 from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
 from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
@@ -73,6 +74,10 @@ class Capture(ABC):
     # An Airflow connection holding the Iceberg catalog's properties (its extra, by name) and its
     # secret (the password), read when a run starts; table_catalog overrides its properties.
     table_catalog_conn_id: str | None = None
+    # The Amazon provider's 'aws' connection for an S3 (or S3-compatible) sink_path and the
+    # current-state task's state_path: keys or role, endpoint_url, region, addressing style; read
+    # when a task runs. None: the workers' own credentials (instance role, environment).
+    object_store_conn_id: str | None = None
     # Debezium's table.include.list / table.exclude.list: regular expressions on schema.table,
     # resolved against the catalog by every task (instead of, or to filter, ``tables``).
     table_include_list: Sequence[str] = ()
@@ -168,7 +173,10 @@ class Capture(ABC):
         self.validate_source()
         # Fixed at parse: it names the outlets (Jinja, relative paths and '%' are refused, see there).
         self.sink_path = check_path_setting(self.sink_path, "sink_path")
-        check_table_sink(self.sink_format, self.sink_path, self.table_catalog)
+        check_table_sink(
+            self.sink_format, self.sink_path, self.table_catalog, catalog_conn_id=self.table_catalog_conn_id
+        )
+        check_object_store_conn_id(self.object_store_conn_id, self.sink_path)
         check_table_names(self.sink_format, self.topic_prefix, refs)
         if self.table_catalog_conn_id is not None and self.sink_format != "iceberg":
             raise CdcConfigurationError(f"table_catalog_conn_id is for sink_format='iceberg', not {self.sink_format!r}")
@@ -327,8 +335,8 @@ class Capture(ABC):
         )
 
     def check_sink(self) -> None:
-        """Setup's sink checks (no I/O beyond reading): the path can hold the sink and the table
-        format, if any, can be written."""
+        """Setup's sink checks: the path can hold the sink (on an object store: a probe object
+        written and deleted) and the table format, if any, can be written."""
         from airflow_provider_cdc.cdc.sinks.formats import check_table_sink_ready
         from airflow_provider_cdc.cdc.sinks.storage import check_writable, exposed_root
 
@@ -338,9 +346,27 @@ class Capture(ABC):
             logging.getLogger(__name__).warning("%s", exposed)
         check_table_sink_ready(self.sink_format, self.catalog_properties())
 
+    def object_store_access(self) -> ObjectStoreAccess | None:
+        """The access ``object_store_conn_id`` gives (read now: at run time, never at parse);
+        None without one (each library's default credential chain)."""
+        if self.object_store_conn_id is None:
+            return None
+        from airflow_provider_cdc.hooks.object_store import object_store_access
+
+        return object_store_access(self.object_store_conn_id)
+
     def run_options(self) -> CaptureOptions:
-        """:meth:`capture_options` with the Iceberg catalog's connection resolved (at run time:
-        DAG parsing reads no connection)."""
+        """:meth:`capture_options` with the connections resolved (at run time: DAG parsing reads
+        no connection): the Iceberg catalog's, and the object store's access. The operators make
+        that access active for their run (``object_store.using``), so it is read once per task."""
+        from dataclasses import replace
+
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        access = object_store.current() or self.object_store_access()
+        return replace(self._catalog_options(), object_store=access)
+
+    def _catalog_options(self) -> CaptureOptions:
         options = self.capture_options()
         if self.table_catalog_conn_id is None:
             return options
@@ -358,7 +384,7 @@ class Capture(ABC):
 
     def catalog_properties(self) -> dict[str, str]:
         """The Iceberg catalog's properties for this process (with the connection's secret)."""
-        return self.run_options().catalog_properties()
+        return self._catalog_options().catalog_properties()
 
     def spark_options(self) -> SparkOptions:
         return SparkOptions(master=self.spark_master, conf=dict(self.spark_conf))
@@ -371,6 +397,25 @@ class Capture(ABC):
             "sink_path": self.sink_path,
             "sink_format": self.sink_format,
         }
+
+
+def check_object_store_conn_id(conn_id: Any, sink_path: str) -> None:
+    """``object_store_conn_id`` at DAG parse: a connection id, for a sink on S3 (an ``aws``
+    connection says nothing to GCS or Azure, whose libraries take their own default credentials)."""
+    if conn_id is None:
+        return
+    from airflow_provider_cdc.cdc.sinks.object_store import S3_SCHEMES, scheme_of
+
+    if not isinstance(conn_id, str) or not conn_id.strip() or "{{" in conn_id:
+        raise CdcConfigurationError(
+            f"object_store_conn_id must be the id of an Airflow 'aws' connection, got {conn_id!r}"
+        )
+    if scheme_of(sink_path) not in S3_SCHEMES:
+        raise CdcConfigurationError(
+            f"object_store_conn_id {conn_id!r} is for a sink_path on S3 or an S3-compatible store "
+            f"(s3://bucket/prefix), but sink_path is {sink_path!r}: remove object_store_conn_id, or put the "
+            "sink on the store (GCS and Azure paths use their libraries' default credentials)"
+        )
 
 
 class SourceRun(ABC):

@@ -251,13 +251,13 @@ def stage_into(writer: Any, topic_prefix: str) -> Callable[[TableRef, pa.RecordB
 def read_staged(sink: Any, path: str, chunk_id: str) -> pa.Table:
     """One chunk of a staged dataset written by the previous window (each chunk is its own file,
     so the filter skips the others by their statistics)."""
-    uri = sink.storage.dataset_uri(path)
-    if sink.is_local:
+    if sink.arrow_writes:  # local or object store: Arrow reads it (Spark cannot reach an object store)
         import pyarrow.dataset as ds
 
-        return ds.dataset(uri, format="parquet").to_table(filter=ds.field(CHUNK_ID_FIELD) == chunk_id)
+        return sink.read_dataset(path, filter=ds.field(CHUNK_ID_FIELD) == chunk_id)
     from pyspark.sql import functions as F
 
+    uri = sink.storage.dataset_uri(path)
     return sink.spark_provider().read.parquet(uri).where(F.col(CHUNK_ID_FIELD) == chunk_id).toArrow()
 
 

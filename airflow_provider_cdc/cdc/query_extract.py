@@ -279,10 +279,8 @@ def _read_seen(sink: ParquetSink, path: str | None) -> set[str]:
     if path is None:
         return set()
     uri = sink.storage.dataset_uri(path)
-    if sink.is_local:
-        import pyarrow.dataset as ds
-
-        table = ds.dataset(uri, format="parquet").to_table()
+    if sink.arrow_writes:  # local or object store: Arrow reads it (Spark cannot reach an object store)
+        table = sink.read_dataset(path)
     else:
         if sink.spark_provider is None:
             raise CdcConfigurationError(f"reading {uri} needs Spark (the sink is not a local directory): none here")

@@ -16,7 +16,9 @@ For one table, events apply in order ``(window, snapshot rows first, commit LSN,
 State versions are written under ``<state_path>/<topic dir>/version=<window id>-<attempt>/``
 and recorded in ``<state_path>/_state_log/<prefix>/<topic dir>/<n>.json``. Applying windows
 that are already applied changes nothing; ``as_of`` rebuilds the state at any committed window
-without moving the current version. Runs in Spark, so tables larger than memory work.
+without moving the current version. Runs in Spark, so tables larger than memory work. On an
+object store Spark's tasks read and write the versions with Arrow (:mod:`.sinks.spark_files`), and
+the state log's entries are published with one conditional PUT, as the commit log's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.sinks import spark_files
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.reader import read_windows_spark
 from airflow_provider_cdc.cdc.sinks.schemas import merge_schemas
@@ -135,7 +138,7 @@ def apply_windows(
     events = read_windows_spark(
         spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
     )
-    base_frame = spark.read.parquet(state.uri(base.path)) if base is not None else None
+    base_frame = spark_files.read_parquet(spark, [state.uri(base.path)]) if base is not None else None
     folded = fold(spark, events, base_frame)
     if folded is None:
         folded = base_frame
@@ -143,8 +146,7 @@ def apply_windows(
     rel = f"{topic.directory}/version={target.window_id}-{attempt}"
     if folded is None:
         return StateResult(topic.name, None, tuple(e.window_id for e in pending), "empty")
-    folded.write.mode("overwrite").parquet(state.uri(rel))
-    rows = spark.read.parquet(state.uri(rel)).count()
+    rows = _write_version(spark, folded, state.uri(rel))
     version = StateVersion(target.seq, target.window_id, rel, rows, rebuild, int(time.time() * 1000))
     state_log.append(version)
     log.info(
@@ -191,7 +193,16 @@ def read_state(
     )
     if version is None:
         raise CdcStateError(f"no state of {topic.name} {'yet' if window_seq is None else f'at window {window_seq}'}")
-    return spark.read.parquet(state.uri(version.path))
+    return spark_files.read_parquet(spark, [state.uri(version.path)])
+
+
+def _write_version(spark: Any, folded: Any, uri: str) -> int:
+    """Write a state version's rows at ``uri``; how many. On an object store Spark's tasks write
+    the files with Arrow (Spark has no S3 connector here) and report their rows."""
+    if spark_files.bridged(uri):
+        return sum(file.rows for file in spark_files.write_parquet(folded, uri, mode="overwrite"))
+    folded.write.mode("overwrite").parquet(uri)
+    return spark.read.parquet(uri).count()
 
 
 def fold(spark: Any, events: Any, base: Any) -> Any:

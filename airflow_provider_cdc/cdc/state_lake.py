@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic, directory_parts, topic_location
+from airflow_provider_cdc.cdc.sinks import spark_files
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, DELTA, WindowTag, local_base
 from airflow_provider_cdc.cdc.sinks.reader import read_windows_spark
@@ -117,7 +118,7 @@ def read_state_table(
     if window_seq is None:
         if not state.exists():
             raise CdcStateError(f"no state of {topic.name} yet")
-        return spark.read.parquet(*state.data_files())
+        return spark_files.read_parquet(spark, state.data_files())
     exact = _exact_version(state, window_seq)
     if exact is not None:
         from airflow_provider_cdc.cdc.state_merge import _to_spark
@@ -126,7 +127,7 @@ def read_state_table(
     rebuilt = _rebuilt(spark, state_path, topic_prefix, topic, window_seq)
     if rebuilt is None:
         raise CdcStateError(f"no state of {topic.name} at window {window_seq}: run the state job as of it first")
-    return spark.read.parquet(storage_for(state_path, lambda: spark).uri(rebuilt.path))
+    return spark_files.read_parquet(spark, [storage_for(state_path, lambda: spark).uri(rebuilt.path)])
 
 
 def _as_of(spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, table_catalog) -> StateResult:
@@ -163,9 +164,7 @@ def _rebuilt(spark: Any, state_path: str, topic_prefix: str, topic: Topic, windo
 def _version(state: Any, window_seq: int, committed: list) -> StateVersion:
     """The current version as a :class:`StateVersion` (rows counted from the files' footers: the
     tables are copy-on-write, without delete files)."""
-    import pyarrow.parquet as pq
-
-    rows = sum(pq.read_metadata(f).num_rows for f in state.data_files())
+    rows = spark_files.count_rows(state.data_files())
     window_id = next((e.window_id for e in committed if e.window.seq == window_seq), str(window_seq))
     return StateVersion(window_seq, window_id, state.name, rows, False, _now())
 

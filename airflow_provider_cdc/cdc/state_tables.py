@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
@@ -34,9 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.naming import path_from_uri
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.sinks.formats import DELTA, ICEBERG, TAG_PREFIX, TableCommit, WindowTag
+from airflow_provider_cdc.cdc.sinks.object_store import without_secrets
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 
 DEFAULT_TARGET_FILE_SIZE = 32 * 1024 * 1024
@@ -231,9 +232,14 @@ class IcebergStateTable:
         raise CdcStateError(f"state table {self.name} has no snapshot of window {window_seq} or earlier")
 
     def data_files(self) -> list[str]:
+        from airflow_provider_cdc.cdc.sinks.iceberg import refuse_outside
+
         if not self.exists():
             return []
-        return sorted(task.file.file_path for task in self._table().scan().plan_files())
+        table = self._table()
+        files = sorted(task.file.file_path for task in table.scan().plan_files())
+        refuse_outside(self.location or table.location(), files, "data files")
+        return files
 
     def commit_merge(
         self, new_rows: pa.Table, delete_keys: pa.Table, tag: WindowTag, *, keys: Sequence[str]
@@ -304,8 +310,14 @@ def _iceberg_catalog(catalog: Any) -> Any:
     if isinstance(catalog, (str, os.PathLike)):
         from pyiceberg.catalog.sql import SqlCatalog
 
+        from airflow_provider_cdc.cdc.sinks.formats import object_store_catalog_message
+        from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
         from airflow_provider_cdc.cdc.sinks.storage import create_private_file, ensure_private_root
 
+        # A SQLite file cannot live in a bucket (and os.path would make "s3:/..." a local directory).
+        if is_object_store(os.fspath(catalog)):
+            state_path = re.sub(r"^([A-Za-z0-9]+):/+", r"\1://", os.path.dirname(os.path.dirname(os.fspath(catalog))))
+            raise CdcConfigurationError(object_store_catalog_message("state_path", state_path))
         path = os.path.abspath(os.fspath(catalog))
         ensure_private_root(os.path.dirname(path))
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -397,7 +409,9 @@ def _balanced_or(terms: list[Any]) -> Any:
 
 
 class DeltaStateTable:
-    """A state table as a Delta table (deltalake, no JVM) at ``uri``."""
+    """A state table as a Delta table (deltalake, no JVM) at ``uri``: a local path or an object
+    store's URI (``s3a://`` is read as ``s3://``), reached with ``storage_options`` or, by default,
+    with the process's active object-store access (:func:`.sinks.object_store.delta_storage_options`)."""
 
     format: ClassVar[str] = DELTA
 
@@ -409,7 +423,11 @@ class DeltaStateTable:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     ):
-        self.uri = uri
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        self.uri = object_store.library_uri(uri)
+        if storage_options is None:
+            storage_options = object_store.delta_storage_options(self.uri)
         self.storage_options = dict(storage_options) if storage_options else None
         self.target_file_size = target_file_size
         self.row_group_rows = row_group_rows
@@ -428,14 +446,17 @@ class DeltaStateTable:
 
         return WriterProperties(max_row_group_size=self.row_group_rows)
 
+    @without_secrets
     def exists(self) -> bool:
         from deltalake import DeltaTable
 
         return DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options)
 
+    @without_secrets
     def schema(self) -> pa.Schema | None:
         return _delta_arrow_schema(self._table()) if self.exists() else None
 
+    @without_secrets
     def read_keys(self, keys: Sequence[str], key_values: pa.Table) -> pa.Table:
         table = self._table()
         schema = _delta_arrow_schema(table)
@@ -455,6 +476,7 @@ class DeltaStateTable:
         found = found.filter(condition)
         return found if len(keys) == 1 else rows_with_keys(found, keys, key_values)
 
+    @without_secrets
     def read_version(self, version: int | None = None) -> pa.Table:
         if not self.exists():
             raise CdcStateError(f"no state table {self.name}")
@@ -468,24 +490,32 @@ class DeltaStateTable:
         history = sorted(self._table().history(limit), key=lambda c: c["version"], reverse=True)
         return [(int(c["version"]), int(c[SEQ_KEY])) for c in history if SEQ_KEY in c]
 
+    @without_secrets
     def tagged_versions(self) -> list[tuple[int, int]]:
         return self._tagged_versions()
 
+    @without_secrets
     def current_window_seq(self) -> int | None:
         # The newest commits first: history reads one log file per version.
         tagged = self._tagged_versions(16) or self._tagged_versions()
         return tagged[0][1] if tagged else None
 
+    @without_secrets
     def version_for_window(self, window_seq: int) -> int:
         for version, seq in self._tagged_versions():
             if seq <= window_seq:
                 return version
         raise CdcStateError(f"state table {self.name} has no version of window {window_seq} or earlier")
 
+    @without_secrets
     def data_files(self) -> list[str]:
-        # file_uris() percent-encodes: the escaped directory's '%' must not be read twice.
-        return sorted(path_from_uri(u) for u in self._table().file_uris()) if self.exists() else []
+        from airflow_provider_cdc.cdc.sinks.delta import table_files
 
+        # The relative names of the log (checked to stay inside) under the path verbatim: the
+        # escaped directory's '%' is never decoded.
+        return sorted(table_files(self._table(), self.uri)) if self.exists() else []
+
+    @without_secrets
     def commit_merge(
         self, new_rows: pa.Table, delete_keys: pa.Table, tag: WindowTag, *, keys: Sequence[str]
     ) -> TableCommit | None:
@@ -533,6 +563,7 @@ class DeltaStateTable:
             int(metrics.get("num_target_files_removed", 0)),
         )
 
+    @without_secrets
     def overwrite(self, rows: pa.Table, tag: WindowTag, *, keys: Sequence[str] = ()) -> TableCommit:
         from deltalake import CommitProperties, write_deltalake
 

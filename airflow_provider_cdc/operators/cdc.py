@@ -252,6 +252,26 @@ class CdcCaptureOperator(BaseOperator):
     def hook(self) -> Any:
         return self.capture.hook()  # type: ignore[attr-defined]
 
+    @contextmanager
+    def _object_store(self) -> Iterator[None]:
+        """The capture's object-store access (``object_store_conn_id``, read now) active for the
+        block: every store client the task builds takes it (commit log, readers, lake tables, jobs
+        run in the task's process); a submitted job gets it through its spec and environment. Kept
+        for the lineage the task reports after ``execute``."""
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        self._store_access = self.capture.object_store_access()
+        with object_store.using(self._store_access):
+            yield
+
+    @contextmanager
+    def _after_run(self) -> Iterator[None]:
+        """The access of the run that just ended, for the lineage read after ``execute``."""
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        with object_store.using(getattr(self, "_store_access", None)):
+            yield
+
 
 _CaptureOperator = CdcCaptureOperator  # the name source-specific maintenance operators extend
 
@@ -309,7 +329,7 @@ class CdcSetupOperator(CdcCaptureOperator):
     """
 
     def execute(self, context: Context) -> dict[str, Any]:
-        with self._running(), fail_fast_on_terminal_errors(self.capture):
+        with self._running(), fail_fast_on_terminal_errors(self.capture), self._object_store():
             check_schedule_within_retention(self.capture, self.dag if self.has_dag() else None)
             return self.capture.setup(self.log)
 
@@ -404,7 +424,7 @@ class _WindowOperator(CdcCaptureOperator):
         from airflow_provider_cdc.operators.assets import emit_window_events
 
         self._ran, self._committed = True, None
-        with self._running(), fail_fast_on_terminal_errors(self.capture):
+        with self._running(), fail_fast_on_terminal_errors(self.capture), self._object_store():
             summary = self._run(context)  # type: ignore[attr-defined]
         if not summary.get("replayed"):
             self._committed = summary
@@ -417,14 +437,15 @@ class _WindowOperator(CdcCaptureOperator):
         or a run that only reported what landed before."""
         from airflow_provider_cdc.operators.lineage import window_lineage
 
-        return window_lineage(self, task_instance)
+        with self._after_run():
+            return window_lineage(self, task_instance)
 
     @contextmanager
     def _state(self) -> Iterator[_RunState]:
         capture = self.capture
+        check_writable(capture.sink_path)  # before the source is touched (an object store: a probe)
         with capture.open_run(self.log) as source:
             store = capture.store()
-            check_writable(capture.sink_path)
             commit_log = CommitLog(storage_for(capture.sink_path), capture.topic_prefix)
             stored = load_offset(store, capture.topic_prefix, capture.OFFSET_TYPE)
             latest = commit_log.latest()
@@ -787,6 +808,11 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
 
         # Fixed at parse, like sink_path: it names the outlets (no Jinja, relative path or '%').
         state_path = check_path_setting(state_path, "state_path")
+        if isinstance(capture, Capture):
+            from airflow_provider_cdc.cdc.sinks.formats import check_iceberg_catalog
+
+            has_catalog = bool(capture.table_catalog) or capture.table_catalog_conn_id is not None
+            check_iceberg_catalog(capture.sink_format, state_path, "state_path", has_catalog)
         chosen = None if tables is None else tuple(TableRef.coerce(t, capture.NAMES) for t in tables)
         if isinstance(capture, Capture):
             kwargs.setdefault("outlets", state_outlets(capture, state_path, chosen))
@@ -801,11 +827,18 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         self._state_results: list[dict[str, Any]] = []
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self._ran, self._state_results = True, []  # for the lineage: nothing folded until the job returns
+        with fail_fast_on_terminal_errors(self.capture), self._object_store():
+            return self._fold(context)
+
+    def _fold(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_cdc import spark_runner
+        from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
         from airflow_provider_cdc.cdc.spec import StateJobSpec
 
         capture = self.capture
-        self._ran, self._state_results = True, []  # for the lineage: nothing folded until the job returns
+        if is_object_store(self.state_path):  # before the job: a store it cannot write fails here, clearly
+            check_writable(self.state_path, "state_path")
         as_of = None if self.as_of_window in (None, "") else int(str(self.as_of_window))
         if as_of is None:
             as_of = self._as_of_for_past_run(context)
@@ -827,8 +860,9 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             table_catalog=(options := capture.run_options()).table_catalog,
             table_catalog_secret_property=options.table_catalog_secret_property,
             table_catalog_secret=options.table_catalog_secret,
+            object_store=options.object_store,
         )
-        with self._running(), fail_fast_on_terminal_errors(capture):
+        with self._running():
             if capture.spark_conn_id is None:
                 from airflow_provider_cdc.cdc.state import run_state_job
 
@@ -864,7 +898,8 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         from airflow_provider_cdc.operators.lineage import state_lineage
 
         tables = getattr(self, "_state_tables", None) or self.tables or self.capture.table_refs
-        return state_lineage(self, tables, task_instance)
+        with self._after_run():
+            return state_lineage(self, tables, task_instance)
 
     def _as_of_for_past_run(self, context: Context) -> int | None:
         """A backfill, or a re-run of a past run: the window its state is rebuilt "as of" (the

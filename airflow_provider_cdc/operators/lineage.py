@@ -206,9 +206,7 @@ def _state_schema(landed: LandedDataset) -> pa.Schema | None:
     if landed.kind != CURRENT_STATE:
         raise TypeError(f"_state_schema reads current-state datasets, not {landed.kind!r} ones")
     try:
-        import pyarrow.dataset as ds
-
-        return ds.dataset(landed.uri.removeprefix("file://"), format="parquet").schema
+        return _parquet_schema(landed.uri)
     except Exception:  # no state yet, or a store pyarrow cannot open here
         return None
 
@@ -216,7 +214,13 @@ def _state_schema(landed: LandedDataset) -> pa.Schema | None:
 def _parquet_schema(uri: str) -> pa.Schema | None:
     import pyarrow.dataset as ds
 
-    dataset = ds.dataset(uri.removeprefix("file://"), format="parquet")
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    if object_store.is_object_store(uri):  # the store's own client (the active access), the key verbatim
+        filesystem, path = object_store.filesystem(uri)
+        dataset = ds.dataset(path, filesystem=filesystem, format="parquet")
+    else:
+        dataset = ds.dataset(uri.removeprefix("file://"), format="parquet")
     files = dataset.files[:1]
     if not files:
         return None

@@ -8,10 +8,12 @@ for the algorithm and docs/query_extraction.md for what it can and cannot see (d
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from airflow_provider_cdc.captures.base import check_object_store_conn_id
 from airflow_provider_cdc.cdc.errors import OffsetMismatchError
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.query_extract import QueryExtraction, QueryOffset
@@ -45,6 +47,8 @@ class PostgresQueryExtractOperator(BaseOperator):
     :param offset_table: the ``state_table`` store's table (``schema.table``)
     :param offset_table_owner: the role owning ``offset_table`` when it is not the connection's
         role (an administrator created it): any other owner is refused, as for captures
+    :param object_store_conn_id: an Airflow ``aws`` connection for a ``sink_path`` on S3 (as a
+        capture's); None: the workers' own credentials
     """
 
     template_fields: Sequence[str] = ("sink_path",)
@@ -65,10 +69,13 @@ class PostgresQueryExtractOperator(BaseOperator):
         offset_table: str = "cdc_state.offsets",
         offset_table_owner: str | None = None,
         spark_master: str = DEFAULT_SPARK_MASTER,
+        object_store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         validate_topic_prefix(topic_prefix)
+        if "{{" not in str(sink_path):  # templated: checked when it is rendered
+            check_object_store_conn_id(object_store_conn_id, str(sink_path))
         if isinstance(key_columns, str):
             key_columns = [key_columns]
         self.extraction = QueryExtraction(
@@ -85,6 +92,7 @@ class PostgresQueryExtractOperator(BaseOperator):
         self.offset_table = offset_table
         self.offset_table_owner = offset_table_owner
         self.spark_master = spark_master
+        self.object_store_conn_id = object_store_conn_id
 
     def _store(self) -> OffsetStore:
         from airflow_provider_cdc.capture import PostgresCapture
@@ -112,7 +120,7 @@ class PostgresQueryExtractOperator(BaseOperator):
         interval = run_interval(context)
         self._killed, self._executing = False, True
         try:
-            with spark_runner.cancel_before_timeout(lambda: self._executing):
+            with spark_runner.cancel_before_timeout(lambda: self._executing), self._object_store():
                 return self._extract(context, hook, store, source, interval)
         except BaseException as exc:
             if self._killed:  # on_kill cancelled the jobs; PySpark's cleanup may have hidden its exception
@@ -126,6 +134,21 @@ class PostgresQueryExtractOperator(BaseOperator):
             raise
         finally:
             self._executing = False
+
+    @contextmanager
+    def _object_store(self) -> Iterator[None]:
+        """The ``aws`` connection's access, read now and active for the run (see CdcCaptureOperator)."""
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        access = None
+        if self.object_store_conn_id is not None:
+            from airflow_provider_cdc.hooks.object_store import object_store_access
+
+            with fail_fast_on_terminal_errors():
+                check_object_store_conn_id(self.object_store_conn_id, self.sink_path)
+                access = object_store_access(self.object_store_conn_id)
+        with object_store.using(access):
+            yield
 
     def _extract(self, context: Context, hook: Any, store: OffsetStore, source: str, interval: Any) -> dict[str, Any]:
         from airflow_provider_cdc.cdc.sources.postgres.query import run_query_window

@@ -46,6 +46,11 @@ class CdcTableMaintenanceOperator(CdcCaptureOperator):
         self.retain_hours = retain_hours
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # The tables' files may be on an object store: its access for delta-rs and pyiceberg.
+        with fail_fast_on_terminal_errors(self.capture), self._object_store():
+            return self._maintain()
+
+    def _maintain(self) -> dict[str, Any]:
         from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
 
         capture = self.capture
@@ -61,7 +66,7 @@ class CdcTableMaintenanceOperator(CdcCaptureOperator):
                 "maintenance applies to lake tables only (sink_format 'iceberg' or 'delta')"
             )
         done: dict[str, Any] = {}
-        with fail_fast_on_terminal_errors(capture), capture.open_run(self.log) as source:  # the capture lock
+        with capture.open_run(self.log) as source:  # the capture lock
             prefix = capture.topic_prefix
             topics = [Topic.for_table(prefix, r.schema, r.name) for r in source.tables]
             topics += [Topic.transactions(prefix), Topic.messages(prefix), Topic.gaps(prefix)]

@@ -8,11 +8,12 @@ health check reports the slot's lag and fails (alerting) well before the server'
 ``max_slot_wal_keep_size`` would invalidate the slot, even when the window itself failed.
 
 Everything it needs is in the settings below: the ``shop_db`` Airflow connection and two
-directories; the Spark jobs run in the task's process unless ``SPARK_CONN_ID`` names a Spark
-connection. To run it under your scheduler, copy this file into your DAGs folder and change
-them (README: "Run it under your scheduler"). The demo and the tests point the directories (and
-the tests the Spark connection) elsewhere through the ``CDC_EXAMPLE_*`` environment variables;
-nothing else is read from the environment.
+directories (or object-store prefixes, with an ``aws`` connection); the Spark jobs run in the
+task's process unless ``SPARK_CONN_ID`` names a Spark connection. To run it under your
+scheduler, copy this file into your DAGs folder and change them (README: "Run it under your
+scheduler"). The demo and the tests point the directories (and the tests the Spark connection,
+the object store and the sink format) elsewhere through the ``CDC_EXAMPLE_*`` environment
+variables; nothing else is read from the environment.
 """
 
 from __future__ import annotations
@@ -40,10 +41,19 @@ TABLES = ["public.customers", "public.orders", "public.order_items"]
 # Names the topics (shop.public.orders, ...), the slot and publication (cdc_shop) and the stored
 # offset (the Airflow Variable cdc_offset__shop).
 TOPIC_PREFIX = "shop"
-# Where the change events land (a directory every worker can write, or a Hadoop URI such as
-# s3a://bucket/cdc), and where the current-state tables are rebuilt. /tmp is for trying it out.
+# Where the change events land (a directory every worker can write, an object store such as
+# s3://bucket/cdc, or a Hadoop URI), and where the current-state tables are rebuilt. /tmp is for
+# trying it out.
 SINK_PATH = os.environ.get("CDC_EXAMPLE_SINK_PATH", "/tmp/airflow-provider-cdc/lake")
 STATE_PATH = os.environ.get("CDC_EXAMPLE_STATE_PATH", "/tmp/airflow-provider-cdc/state")
+# For paths on S3 (or an S3-compatible store): an Airflow "aws" connection (keys or role, and for
+# S3-compatible stores endpoint_url and path-style addressing in its extra). None: the workers'
+# own AWS credentials (instance role, environment).
+OBJECT_STORE_CONN_ID = os.environ.get("CDC_EXAMPLE_OBJECT_STORE_CONN_ID") or None
+# How the datasets are stored: "parquet", or lake tables "delta" or "iceberg" (an Iceberg sink on
+# an object store needs a catalog: TABLE_CATALOG_CONN_ID, a connection holding its properties).
+SINK_FORMAT = os.environ.get("CDC_EXAMPLE_SINK_FORMAT", "parquet")
+TABLE_CATALOG_CONN_ID = os.environ.get("CDC_EXAMPLE_TABLE_CATALOG_CONN_ID") or None
 # Where the Spark jobs run: None runs them in the task's own process (embedded local Spark);
 # the id of an Airflow "spark" connection submits them with spark-submit (spark://..., yarn,
 # k8s://...; client mode; see docs/deployment.md).
@@ -55,6 +65,9 @@ capture = PostgresCapture(
     tables=TABLES,
     topic_prefix=TOPIC_PREFIX,
     sink_path=SINK_PATH,
+    sink_format=SINK_FORMAT,
+    table_catalog_conn_id=TABLE_CATALOG_CONN_ID,
+    object_store_conn_id=OBJECT_STORE_CONN_ID,
     spark_conn_id=SPARK_CONN_ID,
     snapshot_mode="initial",
 )

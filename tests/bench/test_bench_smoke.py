@@ -79,6 +79,10 @@ def test_lake_write_benchmark():
     ratio(out, "ratio iceberg/parquet")
     ratio(out, "ratio delta/parquet")
     assert "window(s) into delta" in out, out
+    # The same windows on the S3 server (SeaweedFS), interleaved: each format's S3/local ratio.
+    for sink_format in ("parquet", "iceberg", "delta"):
+        ratio(out, f"ratio {sink_format} s3/local")
+    assert "window(s) into delta on s3" in out, out
 
 
 def test_state_merge_benchmark():

@@ -16,6 +16,10 @@ whatever the crash left). ``verify()`` checks every promise:
 - the stored offset names the last committed window, nothing pending, and the source holds
   nothing behind it (PostgreSQL: the slot is acknowledged there).
 
+The sink may be on an object store: a ``sink`` under an ``s3://`` prefix, with the overrides of
+:func:`object_store_connection` (an Airflow ``aws`` connection both processes read, as workers do)
+and, for Iceberg, a ``table_catalog`` override that ``verify`` reads the tables with too.
+
 The crash procedures shared by every source's crash tests follow: :func:`snapshot_crash` (a
 capture whose first snapshot is killed), :func:`stream_crashes` (stream windows killed at fault
 points and at random moments, with writers), :func:`crash_sweep` (the long random sweep).
@@ -34,7 +38,8 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,13 +61,15 @@ KILLED = -signal.SIGKILL
 CHILD_BYTECODE = {"PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / f"cdc-crash-pycache-{os.getuid()}")}
 
 
-def assert_tables_hold_the_log(sink: str, prefix: str, entries: list, sink_format: str) -> None:
+def assert_tables_hold_the_log(
+    sink: str, prefix: str, entries: list, sink_format: str, table_catalog: dict[str, str] | None = None
+) -> None:
     """Each landed dataset's lake table, read whole by its own library (not through the commit
     log), holds exactly the windows the log committed, each with the events the log counted."""
     from airflow_provider_cdc.cdc.naming import Topic
-    from airflow_provider_cdc.cdc.sinks.formats import table_format
+    from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
 
-    tables = table_format(sink_format, sink, prefix)
+    tables = table_format(sink_format, local_base(sink), prefix, table_catalog)
     expected: dict[str, Counter] = defaultdict(Counter)
     directories = {}
     for entry in entries:
@@ -89,6 +96,18 @@ def prepare_shop(db: CaptureDatabase, monkeypatch: Any, name: str, *, customers:
     conn_id = f"{name}_{db.name}"
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", db.cluster.airflow_uri(db.name))
     return conn_id
+
+
+def object_store_connection(monkeypatch: Any, s3_server: Any, conn_id: str = "crash_s3") -> dict[str, Any]:
+    """An Airflow ``aws`` connection to the suite's S3 server (admin keys) in this process's
+    environment, which the child processes inherit; returns the capture overrides that name it
+    (``object_store_conn_id``), so a capture whose sink is under an ``s3://`` prefix reaches the
+    store in both processes the way a deployment does."""
+    from tests.support.s3_server import ADMIN
+
+    aws = {"conn_type": "aws", "login": ADMIN[0], "password": ADMIN[1], "extra": s3_server.connection_extra()}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(aws))
+    return {"object_store_conn_id": conn_id}
 
 
 @dataclass
@@ -120,7 +139,7 @@ class CrashCapture:
         db: CaptureDatabase,
         conn_id: str,
         prefix: str,
-        sink: Path,
+        sink: Path | str,
         keys: dict[str, list[str]],
         chunk: int = 100_000,
         offset_table: str = "cdc_state.offsets",
@@ -133,7 +152,7 @@ class CrashCapture:
         cls,
         source: CrashSource,
         prefix: str,
-        sink: Path,
+        sink: Path | str,
         keys: dict[str, list[str]],
         *,
         chunk: int = 100_000,
@@ -181,6 +200,19 @@ class CrashCapture:
 
     def capture(self) -> Capture:
         return self.source.build(self.fields())
+
+    @property
+    def table_catalog(self) -> dict[str, str] | None:
+        return self.overrides.get("table_catalog")
+
+    @contextmanager
+    def store_access(self) -> Iterator[None]:
+        """The capture's object-store access active in this process while the harness reads the
+        sink (through ``object_store_conn_id``, as the tasks get it; nothing for a local sink)."""
+        from airflow_provider_cdc.cdc.sinks import object_store
+
+        with object_store.using(None if object_store.current() else self.capture().object_store_access()):
+            yield
 
     # -- running -------------------------------------------------------------------------------
 
@@ -256,6 +288,10 @@ class CrashCapture:
 
     def verify(self, *, transactions: int | None = None) -> dict[str, int]:
         """Check every invariant (see the module docstring); returns counts for reporting."""
+        with self.store_access():
+            return self._verify(transactions)
+
+    def _verify(self, transactions: int | None) -> dict[str, int]:
         self.source.settle()
         sink = str(self.sink)
         entries = committed_windows(sink, self.prefix)
@@ -268,14 +304,14 @@ class CrashCapture:
                 )
 
         if self.overrides.get("sink_format", "parquet") != "parquet":
-            assert_tables_hold_the_log(sink, self.prefix, entries, self.overrides["sink_format"])
+            assert_tables_hold_the_log(sink, self.prefix, entries, self.overrides["sink_format"], self.table_catalog)
 
         stream_events: dict[str, list[dict]] = {}
         positions: Counter = Counter()
         windows_of_tx: dict[str, set[str]] = defaultdict(set)
         per_tx_table: Counter = Counter()
         for table, keys in self.keys.items():
-            events = _rows(sink, self.prefix, f"{self.prefix}.{table}")
+            events = _rows(sink, self.prefix, f"{self.prefix}.{table}", self.table_catalog)
             snapshot_keys = Counter(
                 (e["window_id"], tuple(e["after"][k] for k in keys)) for e in events if e["op"] == "r"
             )
@@ -293,7 +329,7 @@ class CrashCapture:
         split = {tx: w for tx, w in windows_of_tx.items() if len(w) > 1}
         assert not split, f"transactions spread over windows: {split}"
 
-        tx_rows = _rows(sink, self.prefix, f"{self.prefix}.transaction")
+        tx_rows = _rows(sink, self.prefix, f"{self.prefix}.transaction", self.table_catalog)
         begins = Counter(r["id"] for r in tx_rows if r["status"] == "BEGIN")
         ends = {r["id"]: r for r in tx_rows if r["status"] == "END"}
         assert all(n == 1 for n in begins.values()), "a transaction has two BEGIN rows"
@@ -324,8 +360,8 @@ class CrashCapture:
         }
 
 
-def _rows(sink: str, prefix: str, topic: str) -> list[dict]:
-    table = read_topic_arrow(sink, prefix, topic)
+def _rows(sink: str, prefix: str, topic: str, table_catalog: dict[str, str] | None = None) -> list[dict]:
+    table = read_topic_arrow(sink, prefix, topic, table_catalog=table_catalog)
     return [] if table is None else table.to_pylist()
 
 
@@ -445,7 +481,8 @@ def snapshot_crash(capture: CrashCapture, workload: Workload, crash: dict) -> di
         result = capture.child("snapshot", fault=fault(crash["point"], crash["nth"]))
         assert result.killed, result.describe()
     # Changes made before the next run are in its snapshot, or streamed if the snapshot landed.
-    landed = bool(committed_windows(str(capture.sink), capture.prefix))
+    with capture.store_access():
+        landed = bool(committed_windows(str(capture.sink), capture.prefix))
     workload.mutate()
     if not landed:
         baseline = workload.transactions
@@ -515,7 +552,8 @@ def stream_crash(
 def left_behind(capture: CrashCapture, before: int) -> str:
     """Where a killed window task died, by what it left (``before``: the offset's window then)."""
     offset = capture.stored_offset()
-    entries = committed_windows(str(capture.sink), capture.prefix)
+    with capture.store_access():
+        entries = committed_windows(str(capture.sink), capture.prefix)
     last = entries[-1].window.seq if entries else 0
     if offset is not None and offset.pending is not None:
         return "committed, offset pending" if last >= offset.pending.seq else "pending, nothing committed"

@@ -145,6 +145,10 @@ HEAVY_AT_PARSE = (
     "pyodbc",
     "grpc",
     "google.protobuf",
+    "boto3",  # object stores (issue 31): the Amazon provider's hook and obstore load in the task
+    "botocore",
+    "obstore",
+    "airflow.providers.amazon.aws.hooks",
     "airflow.providers.postgres.hooks",
     "airflow.providers.common.sql.hooks",
     "airflow.providers.apache.spark.hooks",

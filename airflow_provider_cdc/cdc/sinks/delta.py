@@ -15,6 +15,11 @@ What delta-rs (1.6) dictates here:
   at all (delta-rs has no ``typeWidening``; ``merge`` silently keeps the old type), so it
   rewrites the table once, like Spark's ``overwriteSchema``: one ``overwrite`` commit.
 - Table paths containing ``%`` cannot be opened (delta-rs decodes them twice).
+- On an object store (``s3://``; ``gs://`` and ``abfss://`` by construction) every delta-rs call
+  gets :func:`.object_store.delta_storage_options` and the staged files are read, rewritten and
+  deleted through Arrow's file system for the store. delta-rs publishes each ``_delta_log`` entry
+  with one create-only PUT (``If-None-Match: *``): two writers racing for a version cannot both
+  win, the loser retries on the new version (docs/architecture.md).
 - Its post-commit hook checkpoints every 100 commits and then drops expired commit files.
 - ``history()`` is the only source of the window tags; log cleanup (after checkpoints, older than
   ``delta.logRetentionDuration``) drops them. The ``txn`` version and the file paths survive.
@@ -25,10 +30,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -38,6 +44,7 @@ import pyarrow.parquet as pq
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic, path_from_uri, topic_location
+from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.formats import APP_ID_PREFIX, DELTA, TAG_PREFIX, TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import contained, inside
@@ -49,18 +56,23 @@ _COUNTS = ("files-added", "rows-added", "files-removed")
 class DeltaTables:
     """The landed datasets of one capture as Delta tables at ``<base_path>/<topic directory>``.
 
-    ``base_path`` is a local directory or ``file://`` URI. ``options`` keys ``delta.*`` become table
-    properties of tables created here (e.g. ``delta.logRetentionDuration``)."""
+    ``base_path`` is a local directory, a ``file://`` URI or an object-store URI (``s3://``,
+    ``s3a://``, ``gs://``, ``abfss://``...). ``options`` keys ``delta.*`` become table properties
+    of tables created here (e.g. ``delta.logRetentionDuration``)."""
 
     name: ClassVar[str] = DELTA
 
     def __init__(self, base_path: str, topic_prefix: str, options: Mapping[str, str] | None = None):
         parsed = urlparse(base_path)
-        if parsed.scheme not in ("", "file"):
+        if object_store.is_object_store(base_path):
+            self.base_path = object_store.library_uri(base_path).rstrip("/")
+        elif parsed.scheme in ("", "file"):
+            self.base_path = os.path.abspath(unquote(parsed.path) if parsed.scheme else base_path)
+        else:
             raise CdcConfigurationError(
-                f"sink_format='delta' supports local sink paths only for now, got {base_path!r}"
+                f"sink_format='delta' writes to local paths and object stores (s3://, gs://, abfss://), not "
+                f"{parsed.scheme}:// ones (delta-rs has no Hadoop file system), got {base_path!r}"
             )
-        self.base_path = os.path.abspath(unquote(parsed.path) if parsed.scheme else base_path)
         self.topic_prefix = topic_prefix
         self.options = dict(options or {})
         unknown = sorted(k for k in self.options if not k.startswith("delta."))
@@ -70,9 +82,11 @@ class DeltaTables:
     def table_uri(self, topic: Topic) -> str:
         return topic_location(self.base_path, topic.directory)
 
+    @object_store.without_secrets
     def exists(self, topic: Topic) -> bool:
         return _load(self.table_uri(topic)) is not None
 
+    @object_store.without_secrets
     def commit_window(self, topic: Topic, files: Sequence[str], tag: WindowTag) -> TableCommit | None:
         from deltalake import Schema, write_deltalake
         from deltalake.transaction import CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
@@ -89,7 +103,8 @@ class DeltaTables:
         if not new and not earlier and not mixed:
             return self.window_commits(topic).get(tag.window_seq) if any(mine in p for p in registered) else None
 
-        footers = {r: pq.read_metadata(os.path.join(uri, r)) for r in new}
+        stored = _Files(uri)
+        footers = {r: stored.read_metadata(r) for r in new}
         storable = {r: _storable_schema(m.schema.to_arrow_schema(), r) for r, m in footers.items()}
         old_schema = _storable_schema(pa.schema(table.schema().to_arrow()), uri)[0] if table is not None else None
         merged = merge_schemas([s for s in [old_schema] if s] + [s for s, _ in storable.values()])
@@ -100,21 +115,21 @@ class DeltaTables:
             schema, rewrite = storable[r]
             # Readers take a file's columns by name and tolerate missing ones, but not another
             # type (int → text, unsigned, null-typed, ns timestamps): those files are conformed.
-            adds.append(_rewrite(uri, r, target) if rewrite or not _fits(schema, target) else r)
+            adds.append(_rewrite(stored, r, target) if rewrite or not _fits(schema, target) else r)
         for f in mixed:
-            rows = pq.read_table(os.path.join(uri, f["path"]))
+            rows = stored.read_table(f["path"])
             keep = rows.filter(pc.not_equal(rows.column(WINDOW_ID_FIELD), tag.window_id))
             if len(keep) < len(rows):
                 removed.append(f)
                 if len(keep):
-                    adds.append(_write(uri, os.path.dirname(f["path"]), keep, target))
+                    adds.append(_write(stored, posixpath.dirname(f["path"]), keep, target))
         if retype:  # every current file gets the new type (delta-rs writes the metaData, removes all)
             gone = {f["path"] for f in removed}
-            adds += [_rewrite(uri, f["path"], target) for f in current if f["path"] not in gone]
+            adds += [_rewrite(stored, f["path"], target) for f in current if f["path"] not in gone]
         if not adds and not removed:
             return None
 
-        actions = [_add_action(uri, r, footers.get(r)) for r in adds]
+        actions = [_add_action(stored, r, footers.get(r)) for r in adds]
         rows_added = sum(json.loads(a.stats)["numRecords"] for a in actions)
         counts = dict(zip(_COUNTS, (len(actions), rows_added, len(removed) if not retype else len(current))))
         props = CommitProperties(
@@ -123,7 +138,12 @@ class DeltaTables:
         )
         if table is None:
             create_table_with_add_actions(
-                uri, Schema.from_arrow(target), actions, configuration=self.options, commit_properties=props
+                uri,
+                Schema.from_arrow(target),
+                actions,
+                configuration=self.options,
+                commit_properties=props,
+                storage_options=object_store.delta_storage_options(uri),
             )
         else:
             if _paths(target) - _paths(old_schema):
@@ -145,7 +165,7 @@ class DeltaTables:
                 table.create_write_transaction([*actions, *removes], "append", table.schema(), commit_properties=props)
         for r in new:  # staged originals that were conformed are not part of the table
             if r not in adds:
-                os.remove(os.path.join(uri, r))
+                stored.remove(r)
         if table is None:
             table = _load(uri)
         else:
@@ -154,6 +174,7 @@ class DeltaTables:
             DELTA, uri, table.version(), tag.window_seq, tag.attempt, len(actions), rows_added, counts["files-removed"]
         )
 
+    @object_store.without_secrets
     def window_commits(self, topic: Topic) -> dict[int, TableCommit]:
         uri = self.table_uri(topic)
         table = _load(uri)
@@ -164,11 +185,13 @@ class DeltaTables:
         commit = self.window_commits(topic).get(window_seq)
         return None if commit is None else commit.version
 
+    @object_store.without_secrets
     def last_window_seq(self, topic: Topic) -> int | None:
         """The ``txn`` version of this capture: the last window committed (kept by checkpoints)."""
         table = _load(self.table_uri(topic))
         return None if table is None else table.transaction_version(APP_ID_PREFIX + self.topic_prefix)
 
+    @object_store.without_secrets
     def scan_arrow(self, topic: Topic, *, window_seqs: Collection[int] | None = None) -> pa.Table | None:
         table = _load(self.table_uri(topic))
         if table is None:
@@ -179,6 +202,7 @@ class DeltaTables:
         rows = table.to_pyarrow_table(filters=[(WINDOW_ID_FIELD, "in", ids)] if ids else None)
         return rows if ids else rows.slice(0, 0)
 
+    @object_store.without_secrets
     def holds_window(self, topic: Topic, window_seq: int) -> bool:
         # One column, the first matching row, files pruned by their window_id statistics: a run
         # asks this every time. (Not the txn version: a RESTORE keeps it while dropping the rows.)
@@ -191,15 +215,20 @@ class DeltaTables:
         )
         return found.num_rows > 0
 
+    @object_store.without_secrets
     def data_files(self, topic: Topic) -> list[str]:
-        table = _load(self.table_uri(topic))
-        # file_uris() percent-encodes local paths ('a b' → 'a%20b').
-        return [] if table is None else [path_from_uri(u) for u in table.file_uris()]
+        uri = self.table_uri(topic)
+        table = _load(uri)
+        return [] if table is None else table_files(table, uri)
 
+    @object_store.without_secrets
     def maintain(self, topic: Topic, *, compact: bool = True, retain_hours: float | None = None) -> dict:
         """Compact small files and/or vacuum: delete files unreferenced for ``retain_hours`` (time
-        travel to versions older than that stops working). A retried window whose earlier attempt
-        was compacted still replaces it: its rows are filtered out of the compacted files."""
+        travel to versions older than that stops working), and the files older than that which no
+        version names: those a crashed attempt staged in a table it never reached (delta-rs's
+        "full" vacuum, one listing of the table; its default only deletes removed files). A
+        retried window whose earlier attempt was compacted still replaces it: its rows are
+        filtered out of the compacted files."""
         vacuum_retention_hours = None if retain_hours is None else max(0, round(retain_hours))
         table = _load(self.table_uri(topic))
         result: dict[str, Any] = {}
@@ -209,11 +238,12 @@ class DeltaTables:
             result["compact"] = table.optimize.compact()
         if vacuum_retention_hours is not None:
             result["vacuumed"] = table.vacuum(
-                retention_hours=vacuum_retention_hours, dry_run=False, enforce_retention_duration=False
+                retention_hours=vacuum_retention_hours, dry_run=False, enforce_retention_duration=False, full=True
             )
         return result
 
 
+@object_store.without_secrets
 def time_travel_version(table_uri: str, window_seq: int) -> int | None:
     """The version of the Delta table at ``table_uri`` that holds window ``window_seq`` (newest attempt)."""
     table = _load(table_uri)
@@ -231,7 +261,7 @@ def _load(uri: str) -> Any:
             "with characters outside [A-Za-z0-9_-]; use sink_format 'parquet' or 'iceberg' for such tables"
         )
     try:
-        return DeltaTable(uri)
+        return DeltaTable(uri, storage_options=object_store.delta_storage_options(uri))
     except TableNotFoundError:
         return None
 
@@ -277,9 +307,18 @@ def _active_files(table: Any, uri: str) -> list[dict[str, Any]]:
     ]
 
 
+def table_files(table: Any, uri: str) -> list[str]:
+    """The paths of the current data files of the Delta table at ``uri``, each checked to be inside
+    it (:func:`_active_files`): never ``file_uris()``, which resolves a forged ``../`` or absolute
+    path of ``_delta_log`` to another capture's files, or anyone's."""
+    root = uri.rstrip("/") if object_store.is_object_store(uri) else os.path.abspath(uri)
+    return [f"{root}/{f['path']}" for f in _active_files(table, uri)]
+
+
 def _inside_table(uri: str, path: str) -> bool:
     try:
-        contained(uri, inside(path))
+        # No links on an object store: a plain relative name (no scheme, no '..') stays inside.
+        inside(path) if object_store.is_object_store(uri) else contained(uri, inside(path))
     except CdcStateError as exc:
         raise CdcStateError(f"the Delta table {uri} lists a data file {path!r} outside it: {exc}") from None
     return True
@@ -290,34 +329,79 @@ def _may_hold(f: Mapping[str, Any], window_id: str) -> bool:
 
 
 def _relative(uri: str, file: str) -> str:
+    if object_store.is_object_store(uri):  # a URI under the table's (s3a:// as s3://), names plain
+        found = object_store.library_uri(file)
+        relative = found[len(uri) + 1 :] if found.startswith(uri + "/") else ""
+        try:
+            if relative and inside(relative):
+                return relative
+        except CdcStateError:
+            pass
+        _not_inside(file, uri)
     path = os.path.abspath(path_from_uri(urlparse(file).path) if file.startswith("file:") else file)
     relative = os.path.relpath(path, uri)
     if relative.startswith(".."):
-        raise CdcConfigurationError(f"{file} is not inside the Delta table {uri}")
+        _not_inside(file, uri)
     return relative.replace(os.sep, "/")
 
 
-def _rewrite(uri: str, relative: str, target: pa.Schema) -> str:
-    return _write(uri, os.path.dirname(relative), pq.read_table(os.path.join(uri, relative)), target)
+def _not_inside(file: str, uri: str) -> NoReturn:
+    raise CdcConfigurationError(f"{file} is not inside the Delta table {uri}")
 
 
-def _write(uri: str, directory: str, rows: pa.Table, target: pa.Schema) -> str:
+class _Files:
+    """The table's files for Arrow: local paths as they always were, an object store's through
+    its Arrow file system (``bucket/key`` paths)."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.fs, self.root = object_store.filesystem(uri) if object_store.is_object_store(uri) else (None, uri)
+
+    def path(self, relative: str) -> str:
+        return os.path.join(self.root, relative) if self.fs is None else f"{self.root}/{relative}"
+
+    def read_metadata(self, relative: str) -> pq.FileMetaData:
+        return pq.read_metadata(self.path(relative), filesystem=self.fs)
+
+    def read_table(self, relative: str) -> pa.Table:
+        return pq.read_table(self.path(relative), filesystem=self.fs)
+
+    def write_table(self, rows: pa.Table, relative: str) -> None:
+        pq.write_table(rows, self.path(relative), filesystem=self.fs)
+
+    def remove(self, relative: str) -> None:
+        if self.fs is None:
+            os.remove(self.path(relative))
+        else:  # not Arrow's delete_file: it leaves a "directory" marker object
+            object_store.delete_object(f"{self.uri}/{relative}")
+
+    def size_and_mtime(self, relative: str) -> tuple[int, float]:
+        if self.fs is None:
+            return os.path.getsize(self.path(relative)), os.path.getmtime(self.path(relative))
+        info = self.fs.get_file_info(self.path(relative))
+        return info.size, info.mtime.timestamp() if info.mtime else time.time()
+
+
+def _rewrite(files: _Files, relative: str, target: pa.Schema) -> str:
+    return _write(files, posixpath.dirname(relative), files.read_table(relative), target)
+
+
+def _write(files: _Files, directory: str, rows: pa.Table, target: pa.Schema) -> str:
     storable = _storable_schema(rows.schema, directory)[0]  # lossless casts (uint → wider int ...)
     try:
         rows = conform_table(conform_table(rows, storable), target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise CdcConfigurationError(f"rows under {directory} cannot be stored in the Delta table: {exc}") from exc
     relative = f"{directory}/part-{uuid.uuid4().hex[:12]}-conformed.parquet".lstrip("/")
-    pq.write_table(rows, os.path.join(uri, relative))
+    files.write_table(rows, relative)
     return relative
 
 
-def _add_action(uri: str, relative: str, meta: pq.FileMetaData | None) -> Any:
+def _add_action(files: _Files, relative: str, meta: pq.FileMetaData | None) -> Any:
     from deltalake.transaction import AddAction
 
-    path = os.path.join(uri, relative)
-    meta = meta or pq.read_metadata(path)
-    return AddAction(relative, os.path.getsize(path), {}, int(os.path.getmtime(path) * 1000), True, _stats(meta))
+    size, mtime = files.size_and_mtime(relative)
+    return AddAction(relative, size, {}, int(mtime * 1000), True, _stats(meta or files.read_metadata(relative)))
 
 
 def _stats(meta: pq.FileMetaData) -> str:

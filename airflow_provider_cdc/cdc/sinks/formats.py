@@ -51,7 +51,9 @@ def check_sink_format(value: str) -> str:
     return value
 
 
-def check_table_sink(sink_format: str, sink_path: str, catalog: Mapping[str, str]) -> None:
+def check_table_sink(
+    sink_format: str, sink_path: str, catalog: Mapping[str, str], *, catalog_conn_id: str | None = None
+) -> None:
     """A capture's sink settings, at DAG parse (no I/O, no imports of the format libraries)."""
     check_sink_format(sink_format)
     if not isinstance(catalog, Mapping) or not all(isinstance(k, str) for k in catalog):
@@ -60,12 +62,33 @@ def check_table_sink(sink_format: str, sink_path: str, catalog: Mapping[str, str
         raise CdcConfigurationError(f"table_catalog is for sink_format='iceberg', not {sink_format!r}")
     if sink_format == PARQUET:
         return
-    scheme = sink_path.split("://", 1)[0] if "://" in sink_path else ""
-    if scheme not in ("", "file"):
+    from airflow_provider_cdc.cdc.sinks.object_store import OBJECT_STORE_SCHEMES
+
+    scheme = sink_path.split("://", 1)[0].lower() if "://" in sink_path else ""
+    if scheme not in ("", "file", *OBJECT_STORE_SCHEMES):
         raise CdcConfigurationError(
-            f"sink_format={sink_format!r} writes its tables to local or file:// sink paths in this release, "
-            f"not {scheme}:// ones; use sink_format='parquet' on object stores and HDFS"
+            f"sink_format={sink_format!r} writes its tables to local paths and object stores (s3://, gs://, "
+            f"abfss://), not {scheme}:// ones (the table libraries have no Hadoop file system); use "
+            "sink_format='parquet' on HDFS"
         )
+    check_iceberg_catalog(sink_format, sink_path, "sink_path", bool(catalog) or catalog_conn_id is not None)
+
+
+def check_iceberg_catalog(sink_format: str, path: str, setting: str, has_catalog: bool) -> None:
+    """An Iceberg sink or state path on an object store names its catalog (at DAG parse)."""
+    from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
+
+    if sink_format == ICEBERG and not has_catalog and is_object_store(path):
+        raise CdcConfigurationError(object_store_catalog_message(setting, path))
+
+
+def object_store_catalog_message(setting: str, path: str) -> str:
+    return (
+        f"sink_format='iceberg' with {setting} {path!r} on an object store needs an Iceberg catalog: the default "
+        "SQLite catalog file beside the sink cannot live in a bucket (SQLite needs a local file it can lock). Set "
+        "table_catalog_conn_id (or table_catalog) to a catalog every worker reaches: a SQL catalog in a PostgreSQL "
+        "database (type 'sql', uri 'postgresql+psycopg://...'), a REST catalog, Glue..."
+    )
 
 
 def check_table_names(sink_format: str, topic_prefix: str, tables: Iterable[Any]) -> None:
@@ -116,8 +139,13 @@ def check_table_sink_ready(sink_format: str, table_catalog: Mapping[str, str]) -
 
 
 def local_base(sink_path: str) -> str:
-    """The local directory of a ``file://`` or plain sink path."""
-    return sink_path[len("file://") :] if sink_path.startswith("file://") else sink_path
+    """Where the table libraries find a sink: the local directory of a ``file://`` or plain
+    path, or the object-store URI with the scheme they know (``s3a://`` → ``s3://``)."""
+    if sink_path.startswith("file://"):
+        return sink_path[len("file://") :]
+    from airflow_provider_cdc.cdc.sinks.object_store import library_uri
+
+    return library_uri(sink_path)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ table ``orders``) whose location is the dataset's directory, so the staged files
 ``window=<id>/attempt=<id>/part-*.parquet`` are already inside it: a window's commit registers
 them as they are (no rewrite) in one pyiceberg transaction = one catalog commit and one snapshot
 tagged with :class:`WindowTag` properties. The catalog is a SQLite file beside the sink
-(``_cdc_catalog/iceberg.db``) unless pyiceberg catalog properties are given.
+(``_cdc_catalog/iceberg.db``) unless pyiceberg catalog properties are given; a sink on an object
+store needs them (a SQLite file cannot live in a bucket).
 
 Tables are partitioned by ``truncate(8, window_id)`` (100 consecutive windows per partition):
 manifest partition summaries then find a window's files without reading every manifest, and
@@ -29,7 +30,15 @@ Every catalog the provider opens (sink tables, state tables, maintenance, reader
 check) goes through :func:`open_catalog` or :func:`pin_catalog`: its FileIO is pyiceberg's own
 (``PyArrowFileIO``, or ``FsspecFileIO`` if the DAG's ``table_catalog`` names it), whatever a REST
 catalog server's config or a table's metadata says, and no property that makes pyiceberg import
-a class by name survives from either (see :class:`_PinnedCatalog`).
+a class by name survives from either (see :class:`_PinnedCatalog`). On an object store, with an
+access active (:mod:`.object_store`), the FileIOs reach S3 with that access only, whatever the
+catalog's properties, a catalog server or a table's metadata say (:func:`_with_store_access`); the
+files written here (conformed rewrites, compaction) go through Arrow's file system of the same
+access, and maintenance deletes objects with obstore (Arrow's delete leaves directory markers).
+
+The paths of data files, manifests and manifest lists come from objects that whoever may write
+the sink can write: every path read, rewritten, listed or deleted here must be under the table's
+own directory (:func:`refuse_outside`), or the call fails naming it.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,15 +69,26 @@ from pyiceberg.table import DataScan, Table, Transaction, _parquet_files_to_data
 from pyiceberg.transforms import TruncateTransform
 
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic, directory_parts, topic_location
-from airflow_provider_cdc.cdc.sinks.formats import CATALOG_DIR, ICEBERG, TableCommit, WindowTag, local_base
+from airflow_provider_cdc.cdc.sinks import object_store
+from airflow_provider_cdc.cdc.sinks.formats import (
+    CATALOG_DIR,
+    ICEBERG,
+    TableCommit,
+    WindowTag,
+    local_base,
+    object_store_catalog_message,
+)
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import (
     PRIVATE_DIR_MODE,
+    contained,
     create_private_file,
     create_private_sqlite,
     ensure_private_root,
+    inside,
+    is_uri,
 )
 from airflow_provider_cdc.cdc.window import window_id_for
 
@@ -82,6 +103,14 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": "100",
 }
 _SECRET_KEY = re.compile(r"pass|secret|token|credential|key|auth|signature", re.IGNORECASE)
+#: FileIO properties that say which S3 endpoint to reach and as whom (pyiceberg 0.12's ``s3.*``
+#: connection keys, its ``client.*`` fallbacks, and a proxy): with an object-store access active
+#: they come from it only, never from a catalog server's config or a table's metadata.
+_STORE_KEY = re.compile(
+    r"^(client\.|s3\.(endpoint|region|resolve-region|access-key-id|secret-access-key|session-token|proxy-uri|"
+    r"role-arn|role-session-name|anonymous|force-virtual-addressing|connect-timeout|request-timeout)$)",
+    re.IGNORECASE,
+)
 log = logging.getLogger(__name__)
 
 
@@ -101,6 +130,8 @@ class IcebergTables:
 
     @cached_property
     def catalog(self) -> Catalog:
+        if not self._options and object_store.is_object_store(self.base_path):
+            raise CdcConfigurationError(object_store_catalog_message("sink_path", self.base_path))
         try:
             if self._options:
                 create_private_sqlite(self._options.get("uri"))
@@ -147,6 +178,7 @@ class IcebergTables:
         window_files = (
             _files_of(table.metadata, table.io, EqualTo(WINDOW_ID_FIELD, tag.window_id)) if maybe_retry else []
         )
+        refuse_outside(self.table_uri(topic), [f.file_path for f in window_files], "data files")
         if any(f"/window={tag.window_id}/attempt={tag.attempt}/" in f.file_path for f in window_files):
             return self.window_commits(topic).get(tag.window_seq)  # this attempt committed already
         # A conformed copy left by an earlier call of this attempt is made again from its source.
@@ -178,7 +210,9 @@ class IcebergTables:
                 added.append(_rewrite(data_file.file_path, schema, _renamed(data_file.file_path), tag.window_id))
         if retyped:  # files written before the type change cannot be read under the new field
             gone = {f.file_path for f in removed}
-            for data_file in _files_of(txn.table_metadata, table.io, AlwaysTrue()):
+            current = _files_of(txn.table_metadata, table.io, AlwaysTrue())
+            refuse_outside(self.table_uri(topic), [f.file_path for f in current], "data files")
+            for data_file in current:
                 if data_file.file_path not in gone and not _readable(_file_schema(data_file.file_path), schema):
                     removed.append(data_file)
                     added.append(_rewrite(data_file.file_path, schema, _renamed(data_file.file_path)))
@@ -253,7 +287,7 @@ class IcebergTables:
         if table is None or table.current_snapshot() is None:
             return False
         scan = table.scan(row_filter=EqualTo(WINDOW_ID_FIELD, window_id_for(window_seq)), limit=1)
-        return scan.to_arrow().num_rows > 0
+        return _read(scan, self.table_uri(topic)).num_rows > 0
 
     def scan_arrow(
         self, topic: Topic, *, window_seqs: Collection[int] | None = None, snapshot_id: int | None = None
@@ -266,11 +300,13 @@ class IcebergTables:
         if window_seqs is not None:
             ids = {window_id_for(seq) for seq in window_seqs}
             row_filter = In(WINDOW_ID_FIELD, ids) if ids else AlwaysFalse()
-        return table.scan(row_filter=row_filter, snapshot_id=snapshot_id).to_arrow()
+        return _read(table.scan(row_filter=row_filter, snapshot_id=snapshot_id), self.table_uri(topic))
 
     def data_files(self, topic: Topic) -> list[str]:
         table = self.load(topic)
-        return [_local(f.file_path) for f in _files_of(table.metadata, table.io, AlwaysTrue())] if table else []
+        files = [f.file_path for f in _files_of(table.metadata, table.io, AlwaysTrue())] if table else []
+        refuse_outside(self.table_uri(topic), files, "data files")
+        return [_local(f) for f in files]
 
     # -- maintenance -------------------------------------------------------------------------
 
@@ -284,7 +320,7 @@ class IcebergTables:
         if table is None:
             return done
         if compact:
-            done["files_compacted"], done["files_written"] = _compact(table)
+            done["files_compacted"], done["files_written"] = _compact(table, self.table_uri(topic))
             table = table.refresh()
         if expire_older_than_ms is not None:
             before = list(table.metadata.snapshots)
@@ -292,7 +328,10 @@ class IcebergTables:
             table.maintenance.expire_snapshots().older_than(cutoff).commit()
             table = table.refresh()
             expired = [s for s in before if table.metadata.snapshot_by_id(s.snapshot_id) is None]
-            done["snapshots_expired"], done["files_deleted"] = len(expired), _delete_unreachable(table, expired)
+            done["snapshots_expired"], done["files_deleted"] = (
+                len(expired),
+                _delete_unreachable(table, expired, self.table_uri(topic)),
+            )
         return done
 
 
@@ -408,6 +447,20 @@ def _scrubbed(properties: Mapping[str, Any], given: Mapping[str, Any], file_io: 
     return out
 
 
+def _with_store_access(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """``properties`` reaching S3 with the active object-store access (the DAG's
+    ``object_store_conn_id``) only: whichever endpoint, region, keys or proxy the catalog's
+    properties, a catalog server or a table's metadata named are dropped (anyone who can write a
+    table's metadata file could otherwise send its reads and writes to a store of their own).
+    Without an active access, pyiceberg's own merge applies (the default credential chain, a REST
+    catalog's vended credentials)."""
+    access = object_store.current()
+    if access is None:
+        return dict(properties)
+    kept = {k: v for k, v in properties.items() if not _STORE_KEY.match(str(k))}
+    return {**kept, **access.iceberg_properties()}
+
+
 def _clean_metadata(metadata: Any, where: str) -> Any:
     """Table metadata without properties that make pyiceberg import a class."""
     dropped = sorted(k for k in metadata.properties if importing_key(k))
@@ -449,7 +502,24 @@ class _PinnedCatalog(Catalog):
         # none of its import keys; the catalog's own were scrubbed when it was opened.
         props = {k: v for k, v in (properties or {}).items() if not importing_key(k)}
         props[PY_IO_IMPL] = self._cdc_file_io  # wins over the catalog's in pyiceberg's merge
-        return super()._load_file_io(props, location)  # type: ignore[misc]
+        io = super()._load_file_io(props, location)  # type: ignore[misc]
+        io.properties = _with_store_access(io.properties)  # file systems are built on first use
+        return io
+
+    # pyiceberg's SQL, DynamoDB and BigQuery catalogs build some FileIOs from ``self.properties``
+    # directly (``load_file_io``): the catalog's own properties carry the active access too, read
+    # when asked (the access is the job's, the catalog object may outlive it).
+    @property  # type: ignore[override]
+    def properties(self) -> dict[str, Any]:
+        return _with_store_access(self.__dict__.get("properties", {}))
+
+    @properties.setter
+    def properties(self, value: Mapping[str, Any]) -> None:
+        # Not the access's own values read back (a REST catalog's config merge): its keys stay
+        # out of the stored properties, for when the access is no longer active.
+        access = object_store.current()
+        overlay = access.iceberg_properties() if access is not None else {}
+        self.__dict__["properties"] = {k: v for k, v in value.items() if k not in overlay or overlay[k] != v}
 
     def load_table(self, identifier: Any) -> Table:
         return _clean_table(super().load_table(identifier))  # type: ignore[misc]
@@ -676,12 +746,34 @@ def _single_window(table: Table, data_file: DataFile, window_id: str) -> bool:
 
 
 def _file_schema(path: str) -> pa.Schema:
-    return pq.read_metadata(_local(path)).schema.to_arrow_schema()
+    fs, where = _filesystem(path)
+    return pq.read_metadata(where, filesystem=fs).schema.to_arrow_schema()
+
+
+def _filesystem(path: str) -> tuple[Any, str]:
+    """Arrow's file system for a data file (the active access's on an object store) and its path."""
+    if object_store.is_object_store(path):
+        return object_store.filesystem(path)
+    return None, _local(path)
+
+
+def _write_parquet(table: pa.Table, target: str) -> None:
+    """``table`` as the Parquet file ``target``, whole or not at all: an object PUT is atomic, a
+    local file is written aside and renamed."""
+    fs, where = _filesystem(target)
+    if fs is not None:
+        pq.write_table(table, where, filesystem=fs)
+        return
+    Path(where).parent.mkdir(parents=True, exist_ok=True)
+    temporary = f"{where}.tmp-{uuid.uuid4().hex[:8]}"
+    pq.write_table(table, temporary)
+    os.replace(temporary, where)
 
 
 def _rewrite(path: str, schema: pa.Schema, target: str, drop_window: str | None = None) -> str:
     """``path`` conformed to the table's ``schema`` as ``target`` (without ``drop_window``'s rows)."""
-    table = pq.read_table(_local(path))
+    fs, where = _filesystem(path)
+    table = pq.read_table(where, filesystem=fs)
     if drop_window is not None:
         table = table.filter(pc.field(WINDOW_ID_FIELD) != drop_window)
     columns = []
@@ -693,10 +785,7 @@ def _rewrite(path: str, schema: pa.Schema, target: str, drop_window: str | None 
                 f"column {field.name!r} of {path} cannot be stored as the Iceberg table's {field.type} ({exc}); "
                 "capture with time_precision_mode='spark', or the column as text (column_text_list)"
             ) from None
-    table = pa.Table.from_arrays(columns, schema=schema)
-    temporary = f"{_local(target)}.tmp-{uuid.uuid4().hex[:8]}"
-    pq.write_table(table, temporary)
-    os.replace(temporary, _local(target))
+    _write_parquet(pa.Table.from_arrays(columns, schema=schema), target)
     return target
 
 
@@ -717,11 +806,14 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def _compact(table: Table) -> tuple[int, int]:
+def _compact(table: Table, location: str) -> tuple[int, int]:
     """Merge each partition's small files into files of up to COMPACT_TARGET_BYTES (pyiceberg
-    0.12 has no rewrite_data_files); one overwrite snapshot, no window tag."""
+    0.12 has no rewrite_data_files); one overwrite snapshot, no window tag. The merged files go
+    under ``location`` (the table's directory), not the location its metadata names."""
     groups: dict[str, list[Any]] = {}
-    for task in table.scan().plan_files():
+    tasks = list(table.scan().plan_files())
+    refuse_outside(location, _task_files(tasks), "data files")
+    for task in tasks:
         if task.file.file_size_in_bytes < COMPACT_TARGET_BYTES:
             groups.setdefault(repr(task.file.partition), []).append(task)
     removed, written = [], []
@@ -734,9 +826,8 @@ def _compact(table: Table) -> tuple[int, int]:
             if full and len(chunk) > 1:
                 rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(chunk)
                 rows = rows.cast(_plain(rows.schema))  # no field ids: files are read by name, as all others
-                path = f"{_local(table.location())}/data/compacted-{uuid.uuid4().hex}.parquet"
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                pq.write_table(rows, path)
+                path = f"{_local(location)}/data/compacted-{uuid.uuid4().hex}.parquet"
+                _write_parquet(rows, path)
                 removed += [t.file for t in chunk]
                 written.append(path)
             if full:
@@ -756,9 +847,10 @@ def _compact(table: Table) -> tuple[int, int]:
     return len(removed), len(written)
 
 
-def _delete_unreachable(table: Table, expired: list[Any]) -> int:
+def _delete_unreachable(table: Table, expired: list[Any], location: str) -> int:
     """Delete data files, manifests and manifest lists only ``expired`` snapshots referenced
-    (pyiceberg's expiry removes the snapshots from the metadata and leaves every file)."""
+    (pyiceberg's expiry removes the snapshots from the metadata and leaves every file). Only
+    files under the table's ``location``: the others are refused, after the rest is deleted."""
     io = table.io
     live_manifests = {m.manifest_path: m for s in table.metadata.snapshots for m in s.manifests(io)}
     live = {e.data_file.file_path for m in live_manifests.values() for e in m.fetch_manifest_entry(io)}
@@ -767,14 +859,85 @@ def _delete_unreachable(table: Table, expired: list[Any]) -> int:
         dead_manifests.pop(path, None)
     dead = {e.data_file.file_path for m in dead_manifests.values() for e in m.fetch_manifest_entry(io)} - live
     lists = {s.manifest_list for s in expired} - {s.manifest_list for s in table.metadata.snapshots}
-    for path in [*sorted(dead), *dead_manifests, *lists]:
-        io.delete(path)
+    doomed = [*sorted(dead), *dead_manifests, *lists]
+    outside = outside_location(location, doomed)
+    for path in doomed:
+        if path in outside:
+            continue
+        if object_store.is_object_store(path):  # Arrow's delete (the FileIO's) leaves directory markers
+            object_store.delete_object(path)
+        else:
+            io.delete(path)
+    refuse_outside(location, outside, "files to delete")
     return len(dead)
 
 
+def outside_location(location: str, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` that are not files under the table's ``location``. The paths come from
+    manifests and manifest lists, which whoever may write the sink can write: they may name
+    another capture's objects, another bucket, or a file of the worker (``file://``)."""
+    root = _comparable(location)
+    return [p for p in paths if root is None or not _under(root, p)]
+
+
+def refuse_outside(location: str, paths: Iterable[str], what: str) -> None:
+    """:class:`CdcStateError` if any of ``paths`` is not under ``location`` (nothing is read or
+    deleted from outside the table)."""
+    outside = outside_location(location, paths)
+    if outside:
+        shown = ", ".join(repr(p) for p in outside[:5]) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
+        raise CdcStateError(
+            f"the Iceberg table at {location} names {what} outside the table: {shown}; refused (this capture never "
+            "writes them: its metadata or manifests were changed by someone who may write the sink; restore "
+            "them from a backup, or drop the table and land it again)"
+        )
+
+
+def _comparable(path: str) -> str | None:
+    """``path`` as a URI of the library scheme (object stores) or an absolute local path; None
+    for anything else (``hdfs://``, ``http://``, ``file://host/...``): never inside a table here."""
+    if object_store.is_object_store(path):
+        return object_store.library_uri(path).rstrip("/")
+    if path.startswith("file:"):
+        parsed = urlparse(path)
+        return None if parsed.netloc not in ("", "localhost") else os.path.abspath(parsed.path)
+    return None if is_uri(path) else os.path.abspath(path)
+
+
+def _under(root: str, path: str) -> bool:
+    file = _comparable(path)
+    if file is None or not file.startswith(root + "/"):
+        return False
+    relative = file[len(root) + 1 :]
+    try:  # plain names only (no '..', not even percent-encoded); locally, no link out of the table
+        inside(relative)
+        inside(unquote(relative))
+        if not object_store.is_object_store(root):
+            contained(root, relative)
+    except CdcStateError:
+        return False
+    return True
+
+
+def _task_files(tasks: Iterable[Any]) -> list[str]:
+    """The data and delete files a scan's tasks read."""
+    return [path for t in tasks for path in (t.file.file_path, *(d.file_path for d in t.delete_files))]
+
+
+def _read(scan: DataScan, location: str) -> pa.Table:
+    """``scan.to_arrow()``, its files checked to be the table's first."""
+    tasks = list(scan.plan_files())
+    refuse_outside(location, _task_files(tasks), "data files")
+    return ArrowScan(
+        scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive, scan.limit
+    ).to_table(tasks)
+
+
 def _redact(text: str, options: Mapping[str, str]) -> str:
+    """``text`` without passwords in URIs, secret-looking catalog properties or the active
+    object-store access's keys."""
     text = re.sub(r"(://[^/\s:@]*:)[^@\s/]+@", r"\1***@", text)
     for key, value in options.items():
         if _SECRET_KEY.search(key) and len(value) >= 4:
             text = text.replace(value, "***")
-    return text
+    return object_store.redact(text)

@@ -59,6 +59,16 @@ def is_object_store(uri: str) -> bool:
     return scheme_of(uri) in OBJECT_STORE_SCHEMES
 
 
+def _is_ip_address(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def split_bucket(uri: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` → ``("bucket", "a/b")``."""
     parsed = urlparse(str(uri))
@@ -73,7 +83,10 @@ class ObjectStoreAccess:
 
     endpoint_url: str | None = None
     region: str | None = None
-    path_style: bool = False
+    #: True: path-style (``host/bucket/key``); False: virtual-hosted (``bucket.host/key``); None
+    #: (the connection names no style, boto3's ``auto``): path-style with an ``endpoint_url``
+    #: (S3-compatible stores), virtual-hosted on AWS. One decision, given to every engine.
+    path_style: bool | None = None
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False, compare=False)
     session_token: str | None = field(default=None, repr=False, compare=False)
@@ -85,6 +98,12 @@ class ObjectStoreAccess:
                 raise CdcConfigurationError(
                     f"the object store's endpoint_url must be an http(s) URL such as https://s3.example.com:9000, "
                     f"got {self.endpoint_url!r}"
+                )
+            if self.path_style is False and _is_ip_address(parsed.hostname or ""):
+                raise CdcConfigurationError(
+                    f"virtual-hosted addressing puts the bucket in the endpoint's host name, and the endpoint_url "
+                    f"{self.endpoint_url!r} is an IP address: give the store's host name, or set the connection's "
+                    'extra config_kwargs: {"s3": {"addressing_style": "path"}}'
                 )
 
     # -- transport: the public part in the spec, the keys in the environment -----------------
@@ -103,8 +122,11 @@ class ObjectStoreAccess:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], secret_json: str | None = None) -> ObjectStoreAccess:
+        style = data.get("path_style")
         access = cls(
-            endpoint_url=data.get("endpoint_url"), region=data.get("region"), path_style=bool(data.get("path_style"))
+            endpoint_url=data.get("endpoint_url"),
+            region=data.get("region"),
+            path_style=None if style is None else bool(style),
         )
         if secret_json:
             keys = json.loads(secret_json)
@@ -125,18 +147,40 @@ class ObjectStoreAccess:
     def allow_http(self) -> bool:
         return self.endpoint_url is not None and self.endpoint_url.startswith("http://")
 
+    @property
+    def uses_path_style(self) -> bool:
+        """The addressing every engine uses (see :attr:`path_style`)."""
+        return self.path_style if self.path_style is not None else self.endpoint_url is not None
+
+    @property
+    def signing_region(self) -> str | None:
+        """The connection's region, else the environment's (``AWS_REGION``, ``AWS_DEFAULT_REGION``);
+        None leaves it to each library's own default (its profile, the bucket's region)."""
+        return self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+    def rust_endpoint(self, bucket: str | None) -> str | None:
+        """The endpoint for the Rust object_store (obstore, delta-rs): with virtual-hosted
+        requests it takes the endpoint as the *bucket's* and never adds the bucket itself
+        (arrow-rs PR #2782), so the bucket goes in front of the host here."""
+        if self.endpoint_url is None or self.uses_path_style or not bucket:
+            return self.endpoint_url
+        parsed = urlparse(self.endpoint_url)
+        return parsed._replace(netloc=f"{bucket}.{parsed.netloc}").geturl()
+
     # -- each engine's client ------------------------------------------------------------------
 
     def arrow_filesystem(self) -> Any:
         import pyarrow.fs as pafs
 
         kwargs: dict[str, Any] = {
-            "region": self.region or "us-east-1",
             "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             "request_timeout": REQUEST_TIMEOUT_SECONDS,
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=MAX_RETRIES),
-            "force_virtual_addressing": not self.path_style if self.endpoint_url is None else False,
+            # Arrow puts the bucket in the host itself (always, without an endpoint).
+            "force_virtual_addressing": not self.uses_path_style,
         }
+        if self.signing_region:
+            kwargs["region"] = self.signing_region
         if self.endpoint_url is not None:
             parsed = urlparse(self.endpoint_url)
             kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
@@ -147,15 +191,24 @@ class ObjectStoreAccess:
                 kwargs["session_token"] = self.session_token
         return pafs.S3FileSystem(**kwargs)
 
-    def delta_storage_options(self) -> dict[str, str]:
+    def delta_storage_options(self, bucket: str | None = None) -> dict[str, str]:
+        """delta-rs's options for a table in ``bucket`` (needed for virtual-hosted requests to an
+        ``endpoint_url``: delta-rs's object_store wants the bucket's own endpoint)."""
         options: dict[str, str] = {
-            "AWS_REGION": self.region or "us-east-1",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if self.path_style else "true",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if self.uses_path_style else "true",
             "timeout": f"{REQUEST_TIMEOUT_SECONDS}s",
             "connect_timeout": f"{CONNECT_TIMEOUT_SECONDS}s",
+            # delta-rs (>= 1.0) publishes _delta_log/<version>.json with one create-only PUT
+            # (If-None-Match: *): a writer that lost the race gets "version exists" and retries
+            # on the new version. Said explicitly so the environment (AWS_CONDITIONAL_PUT,
+            # AWS_S3_ALLOW_UNSAFE_RENAME) cannot turn it off: docs/architecture.md.
+            "AWS_CONDITIONAL_PUT": "etag",
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "false",
         }
+        if self.signing_region:
+            options["AWS_REGION"] = self.signing_region
         if self.endpoint_url is not None:
-            options["AWS_ENDPOINT_URL"] = self.endpoint_url
+            options["AWS_ENDPOINT_URL"] = self.rust_endpoint(bucket) or self.endpoint_url
             if self.allow_http:
                 options["AWS_ALLOW_HTTP"] = "true"
         if self.access_key_id is not None:
@@ -167,11 +220,16 @@ class ObjectStoreAccess:
 
     def iceberg_properties(self) -> dict[str, str]:
         props: dict[str, str] = {
-            "s3.region": self.region or "us-east-1",
-            "s3.force-virtual-addressing": "false" if self.path_style else "true",
+            # pyiceberg hands this to Arrow's S3FileSystem: the same addressing as arrow_filesystem.
+            "s3.force-virtual-addressing": "false" if self.uses_path_style else "true",
             "s3.connect-timeout": str(CONNECT_TIMEOUT_SECONDS),
             "s3.request-timeout": str(REQUEST_TIMEOUT_SECONDS),
         }
+        # Without a region pyiceberg asks AWS for the bucket's: right on AWS, not for another
+        # endpoint, where it signs for us-east-1 as Arrow and obstore do by default.
+        region = self.signing_region or ("us-east-1" if self.endpoint_url is not None else None)
+        if region:
+            props["s3.region"] = region
         if self.endpoint_url is not None:
             props["s3.endpoint"] = self.endpoint_url
         if self.access_key_id is not None:
@@ -185,8 +243,7 @@ class ObjectStoreAccess:
         from obstore.store import S3Store
 
         kwargs: dict[str, Any] = {
-            "region": self.region or "us-east-1",
-            "virtual_hosted_style_request": not self.path_style,
+            "virtual_hosted_style_request": not self.uses_path_style,
             "client_options": {
                 "connect_timeout": f"{CONNECT_TIMEOUT_SECONDS}s",
                 "timeout": f"{REQUEST_TIMEOUT_SECONDS}s",
@@ -194,8 +251,10 @@ class ObjectStoreAccess:
             },
             "retry_config": {"max_retries": MAX_RETRIES},
         }
+        if self.signing_region:
+            kwargs["region"] = self.signing_region
         if self.endpoint_url is not None:
-            kwargs["endpoint"] = self.endpoint_url
+            kwargs["endpoint"] = self.rust_endpoint(bucket)
         if self.access_key_id is not None:
             kwargs.update(access_key_id=self.access_key_id, secret_access_key=self.secret_access_key)
             if self.session_token:
@@ -228,37 +287,49 @@ def using(access: ObjectStoreAccess | None) -> Iterator[None]:
         _active = previous
 
 
-def activate(access: ObjectStoreAccess | None) -> None:
-    """Make ``access`` active for the rest of this process (a Spark task's worker, a job)."""
+@contextlib.contextmanager
+def task_access(access: ObjectStoreAccess | None) -> Iterator[None]:
+    """Exactly ``access`` (None included) active for one Spark task's work: the driver's access
+    travels pickled with the task, and a reused Python worker keeps no other job's keys."""
     global _active
-    if access is not None:
-        _active = access
+    previous = _active
+    _active = access
+    try:
+        yield
+    finally:
+        _active = previous
 
 
 # -- clients for a URI ----------------------------------------------------------------------
 
 
-def filesystem(uri: str) -> tuple[Any, str]:
-    """Arrow's file system for ``uri`` and the path inside it (``bucket/key`` on S3)."""
+def filesystem(uri: str, access: ObjectStoreAccess | None = None) -> tuple[Any, str]:
+    """Arrow's file system for ``uri`` and the path inside it (``bucket/key`` on S3), with
+    ``access`` or else the active one.
+
+    ``uri`` is taken verbatim (not percent-decoded, on every scheme): escaped topic directories
+    hold ``%`` in their names, and the path returned names exactly those keys."""
     import pyarrow.fs as pafs
+
+    from airflow_provider_cdc.cdc.naming import encoded_uri
 
     scheme = scheme_of(uri)
     if scheme in S3_SCHEMES:
         bucket, key = split_bucket(uri)
-        access = current() or ObjectStoreAccess()
+        access = access or current() or ObjectStoreAccess()
         return access.arrow_filesystem(), f"{bucket}/{key}".rstrip("/")
     if scheme == "gcs":
         uri = "gs" + str(uri)[len("gcs") :]
     elif scheme in ("abfss", "az"):
         uri = "abfs" + str(uri)[len(scheme) :]
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = pafs.FileSystem.from_uri(encoded_uri(uri))  # from_uri decodes: the path comes back verbatim
     return fs, path
 
 
 def delta_storage_options(uri: str) -> dict[str, str] | None:
     """delta-rs's storage options for a table at ``uri`` (None: local, or the default chain)."""
     if scheme_of(uri) in S3_SCHEMES:
-        return (current() or ObjectStoreAccess()).delta_storage_options()
+        return (current() or ObjectStoreAccess()).delta_storage_options(split_bucket(uri)[0])
     return None
 
 
@@ -277,7 +348,7 @@ def library_uri(uri: str) -> str:
     return str(uri)
 
 
-def put_if_absent(uri: str, data: bytes) -> None:
+def put_if_absent(uri: str, data: bytes, access: ObjectStoreAccess | None = None) -> None:
     """Create the object at ``uri`` with ``data``, atomically, only if no object has that name:
     :class:`FileExistsError` otherwise. One conditional PUT: the object appears whole or not at
     all, and an existing one is never replaced (S3 ``If-None-Match: *``, GCS
@@ -285,18 +356,50 @@ def put_if_absent(uri: str, data: bytes) -> None:
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-    scheme = scheme_of(uri)
-    bucket, key = split_bucket(uri)
-    if scheme in S3_SCHEMES:
-        store = (current() or ObjectStoreAccess()).obstore_store(bucket)
-    else:
-        from obstore.store import from_url
-
-        store = from_url(f"{'gs' if scheme in GCS_SCHEMES else scheme}://{bucket}")
+    store, key = _obstore(uri, access)
     try:
         obstore.put(store, key, data, mode="create")
     except (AlreadyExistsError, PreconditionError) as exc:
         raise FileExistsError(uri) from exc
+
+
+def _obstore(uri: str, access: ObjectStoreAccess | None = None) -> tuple[Any, str]:
+    """obstore's store of ``uri``'s bucket (with ``access``, else the active one) and the key."""
+    scheme = scheme_of(uri)
+    bucket, key = split_bucket(uri)
+    if scheme in S3_SCHEMES:
+        return (access or current() or ObjectStoreAccess()).obstore_store(bucket), key
+    from obstore.store import from_url
+
+    return from_url(f"{'gs' if scheme in GCS_SCHEMES else scheme}://{bucket}"), key
+
+
+def delete_prefix(uri: str, access: ObjectStoreAccess | None = None) -> int:
+    """Delete the object ``uri`` and every object under the "directory" ``uri`` (and its marker,
+    if any); how many were listed.
+
+    Not Arrow's ``delete_dir``: on S3 it leaves an empty marker object for the parent directory
+    (Arrow keeps directories alive), which would be garbage beside every deleted attempt."""
+    import obstore
+
+    store, key = _obstore(uri, access)
+    key = key.rstrip("/")
+    if not key:
+        raise ValueError(f"refusing to delete a whole bucket ({uri!r})")
+    listed = [meta["path"] for batch in obstore.list(store, key) for meta in batch]
+    obstore.delete(store, sorted({key, *listed}))  # deleting an absent key is no error on these stores
+    return len(listed)
+
+
+def delete_object(uri: str) -> None:
+    """Delete the object ``uri`` (absent: no error). Not Arrow's ``delete_file``: on S3 it writes
+    an empty marker object for the parent "directory" (Arrow keeps directories alive)."""
+    import obstore
+
+    store, key = _obstore(uri)
+    if not key.strip("/"):
+        raise ValueError(f"refusing to delete a whole bucket ({uri!r})")
+    obstore.delete(store, key)
 
 
 def redact(text: str, access: ObjectStoreAccess | None = None) -> str:
@@ -304,3 +407,26 @@ def redact(text: str, access: ObjectStoreAccess | None = None) -> str:
     for secret in (access or current() or ObjectStoreAccess()).secrets():
         text = text.replace(secret, "***")
     return text
+
+
+def without_secrets(function: Any) -> Any:
+    """``function``, its errors raised again without the active access's credentials (of the
+    same type, chained to nothing) when their message holds one: the clients' errors quote the
+    store's answers, and AWS's ``SignatureDoesNotMatch`` quotes the access key id."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Exception as exc:
+            message = redact(str(exc))
+            if message == str(exc):
+                raise
+            try:
+                clean = type(exc)(message)
+            except Exception:
+                clean = RuntimeError(message)
+            raise clean from None
+
+    return wrapper

@@ -10,10 +10,15 @@ only then do readers see it. Re-running a window writes a new attempt and a new 
 supersedes the old one, whose files are then deleted: a re-run replaces, never duplicates.
 
 Driver-side batches (stream windows) are written with Arrow directly when the base path is
-local: the slot has one reader, so Spark executors have nothing to parallelise there, and
-Arrow's writer avoids the JVM round trip. Hadoop URIs go through Spark's writers. Snapshot
-tasks write their own files on local sinks (``write_parquet_file``, ``record_files``) and go
-through Spark's writer otherwise (``write_dataframe``).
+local or on an object store (:attr:`ParquetSink.arrow_writes`): the slot has one reader, so
+Spark executors have nothing to parallelise there, and Arrow's writer avoids the JVM round trip.
+Snapshot tasks write their own files there too (``write_parquet_file``, ``record_files``).
+Other Hadoop URIs (``hdfs://``, ``file://``) go through Spark's writers (``write_dataframe``).
+Spark never writes to an object store: its S3 connector is not used, Arrow's S3 file system is.
+
+On an object store a file appears when its upload completes (one PUT, or a completed multipart
+upload), whole or not at all: no temporary name and no rename, and a retried snapshot task's
+file replaces its earlier one by the same name.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ from airflow_provider_cdc.cdc import faults
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import from_remote_traceback
 from airflow_provider_cdc.cdc.naming import Topic, dataset_path
+from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
 from airflow_provider_cdc.cdc.sinks.formats import PARQUET, TableCommit, WindowTag, local_base, table_format
-from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, ensure_private_root, storage_for
+from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, ObjectStoreStorage, ensure_private_root, storage_for
 from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
@@ -74,8 +80,25 @@ class ParquetSink:
         )
 
     @property
-    def is_local(self) -> bool:
-        return isinstance(self.storage, LocalStorage)
+    def arrow_writes(self) -> bool:
+        """Whether windows and snapshot tasks write their files with Arrow (local and object-store
+        sinks) rather than through Spark's writer (other Hadoop URIs)."""
+        return isinstance(self.storage, (LocalStorage, ObjectStoreStorage))
+
+    #: The former name (a local sink was the only one Arrow wrote): callers that read the files
+    #: back with Arrow when it is true should use :meth:`read_dataset`, which reaches the store.
+    is_local = arrow_writes
+
+    def read_dataset(self, rel: str, filter: Any = None) -> pa.Table:
+        """The Parquet files of the dataset directory ``rel`` as one Arrow table (Arrow-written
+        sinks: local or object store), optionally filtered (a ``pyarrow.dataset`` expression)."""
+        import pyarrow.dataset as ds
+
+        if isinstance(self.storage, ObjectStoreStorage):
+            dataset = ds.dataset(self.storage.path(rel), filesystem=self.storage.filesystem, format="parquet")
+        else:
+            dataset = ds.dataset(self.storage.dataset_uri(rel), format="parquet")
+        return dataset.to_table(filter=filter)
 
     def open_window(self, window: Window, topics: Iterable[Topic]) -> WindowWriter:
         return WindowWriter(self, window, topics)
@@ -120,11 +143,9 @@ class WindowWriter:
         for schema, group in by_schema.items():
             table = pa.Table.from_batches(group, schema=schema)
             self._count(topic, table)
-            if self.sink.is_local:
+            if self.sink.arrow_writes:
                 self._parts += 1
-                files.append(
-                    (table, f"{self.sink.storage.uri(self.dataset_path(topic))}/part-{self._parts:05d}.parquet")
-                )
+                files.append((table, f"{self._file_uri(self.dataset_path(topic))}/part-{self._parts:05d}.parquet"))
             else:
                 from airflow_provider_cdc.cdc.spark_session import spark_schema
 
@@ -133,8 +154,11 @@ class WindowWriter:
                 frame.coalesce(1).write.mode("append").parquet(self.sink.storage.uri(self.dataset_path(topic)))
         return files
 
-    def local_directory(self, topic: Topic) -> str:
-        """The attempt's directory of ``topic`` on a local sink (created), for task-written files."""
+    def task_directory(self, topic: Topic) -> str:
+        """The attempt's directory of ``topic`` for files Arrow writes (:func:`write_parquet_file`):
+        a local directory (created) or an object-store URI (keys need no directory)."""
+        if isinstance(self.sink.storage, ObjectStoreStorage):
+            return self.sink.storage.dataset_uri(self.dataset_path(topic))
         from pathlib import Path
 
         path = self.sink.storage.uri(self.dataset_path(topic))
@@ -143,7 +167,7 @@ class WindowWriter:
 
     def record_files(self, topic: Topic, files: Any) -> int:
         """Run a Spark DataFrame of ``(file, rows)`` written by tasks into
-        :meth:`local_directory` (snapshot events, all ``op = r``); returns the rows written."""
+        :meth:`task_directory` (snapshot events, all ``op = r``); returns the rows written."""
         try:
             written = files.collect()
         except Exception as exc:
@@ -248,11 +272,17 @@ class WindowWriter:
         for topic in landed:
             rel = self.dataset_path(topic)
             names = sorted(n for n in self.sink.storage.list_names(rel) if n.endswith(".parquet"))
-            commit = formats.commit_window(topic, [self.sink.storage.uri(f"{rel}/{n}") for n in names], tag)
+            commit = formats.commit_window(topic, [self._file_uri(f"{rel}/{n}") for n in names], tag)
             if commit is not None:
                 commits[topic.name] = commit
             faults.point("sink.table_committed")
         return commits
+
+    def _file_uri(self, rel: str) -> str:
+        """A landed file or directory as Arrow and the table libraries name it (``s3://``, not ``s3a://``)."""
+        if isinstance(self.sink.storage, ObjectStoreStorage):
+            return self.sink.storage.dataset_uri(rel)
+        return self.sink.storage.uri(rel)
 
     def close(self) -> None:
         """Stop the file writer thread once its last write is done (nothing is committed)."""
@@ -319,63 +349,118 @@ class _FileWriter:
 
 
 def write_parquet_file(path: str, batches: Iterable[pa.RecordBatch], *, row_group_rows: int = 131_072) -> int:
-    """Stream record batches (one schema) into one local Parquet file; returns the rows written.
+    """Stream record batches (one schema) into one Parquet file, local or on an object store
+    (``s3://...``, through the active access); returns the rows written.
 
-    The file appears atomically (written under a temporary name, then renamed), so a reader or
-    a retried task never sees half a file; no rows → no file. Row groups are written on a
-    background thread (``write_table`` releases the GIL for its whole run) while the next one's
-    batches are produced, so a snapshot task keeps reading from its server while it writes;
-    memory is two row groups."""
+    The file appears atomically, so a reader or a retried task never sees half a file; no rows →
+    no file. Locally it is written under a temporary name, then renamed; on an object store the
+    object appears when its upload completes (an existing one of that name is replaced whole),
+    and one whose write failed is deleted. Row groups are written on a background thread
+    (``write_table`` releases the GIL for its whole run) while the next one's batches are
+    produced, so a snapshot task keeps reading from its server while it writes; memory is two
+    row groups."""
+    if object_store.is_object_store(path):
+        return _write_object(path, batches, row_group_rows)
     import os
 
     temporary = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-    writer: pq.ParquetWriter | None = None
-    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-parquet")
-    in_flight: Future | None = None
-    pending: list[pa.RecordBatch] = []
-    pending_rows = total = 0
-
-    def write(group: list[pa.RecordBatch]) -> None:
-        nonlocal in_flight
-        if in_flight is not None:
-            in_flight.result()  # one row group at a time, in order; raises its error
-        if writer is None:
-            raise RuntimeError("row group written before the Parquet writer was opened")
-        in_flight = background.submit(writer.write_table, pa.Table.from_batches(group))
-
+    writer = _RowGroupWriter(
+        lambda schema: pq.ParquetWriter(temporary, schema, use_dictionary=_dictionary_columns(schema))
+    )
     try:
+        total = writer.write(batches, row_group_rows)
+        if total:
+            os.replace(temporary, path)
+    finally:
+        writer.shutdown()
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return total
+
+
+def _write_object(uri: str, batches: Iterable[pa.RecordBatch], row_group_rows: int) -> int:
+    fs, key = object_store.filesystem(uri)
+    stream: Any = None
+
+    def open_writer(schema: pa.Schema) -> pq.ParquetWriter:
+        nonlocal stream
+        stream = fs.open_output_stream(key)  # the object appears when the stream closes
+        return pq.ParquetWriter(stream, schema, use_dictionary=_dictionary_columns(schema))
+
+    writer = _RowGroupWriter(open_writer)
+    complete = False
+    try:
+        total = writer.write(batches, row_group_rows)
+        if stream is not None:
+            stream.close()
+        complete = True
+    finally:
+        writer.shutdown()
+        if not complete and stream is not None:
+            # Closing completes the upload (Arrow has no abort): remove the partial object.
+            try:
+                stream.close()
+            finally:
+                object_store.delete_prefix(uri)
+    return total
+
+
+class _RowGroupWriter:
+    """Row groups of a stream of batches written on a background thread, one at a time."""
+
+    def __init__(self, open_writer: Callable[[pa.Schema], pq.ParquetWriter]):
+        self._open = open_writer
+        self._writer: pq.ParquetWriter | None = None
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-parquet")
+
+    def write(self, batches: Iterable[pa.RecordBatch], row_group_rows: int) -> int:
+        """Write every batch; the file's footer too (the writer is closed). The rows written."""
+        in_flight: Future | None = None
+        pending: list[pa.RecordBatch] = []
+        pending_rows = total = 0
+
+        def write(group: list[pa.RecordBatch]) -> None:
+            nonlocal in_flight
+            if in_flight is not None:
+                in_flight.result()  # one row group at a time, in order; raises its error
+            if self._writer is None:
+                raise RuntimeError("row group written before the Parquet writer was opened")
+            in_flight = self._background.submit(self._writer.write_table, pa.Table.from_batches(group))
+
         for batch in batches:
             if not batch.num_rows:
                 continue
-            if writer is None:
-                writer = pq.ParquetWriter(temporary, batch.schema, use_dictionary=_dictionary_columns(batch.schema))
+            if self._writer is None:
+                self._writer = self._open(batch.schema)
             pending.append(batch)
             pending_rows += batch.num_rows
             total += batch.num_rows
             if pending_rows >= row_group_rows:
                 write(pending)
                 pending, pending_rows = [], 0
-        if writer is not None:
+        if self._writer is not None:
             if pending:
                 write(pending)
             if in_flight is not None:
                 in_flight.result()
+            writer, self._writer = self._writer, None
             writer.close()
-            writer = None
-            os.replace(temporary, path)
-    finally:
-        background.shutdown(wait=True)  # a failed read never leaves a write running
-        if writer is not None:
-            writer.close()
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return total
+        return total
+
+    def shutdown(self) -> None:
+        self._background.shutdown(wait=True)  # a failed read never leaves a write running
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def _write_files(files: list[tuple[pa.Table, str]], after: Callable[[], None] | None) -> None:
     for table, path in files:
-        _ensure_parent(path)
-        pq.write_table(table, path, use_dictionary=_dictionary_columns(table.schema))
+        if object_store.is_object_store(path):
+            _write_object(path, table.to_batches(), max(table.num_rows, 1))
+        else:
+            _ensure_parent(path)
+            pq.write_table(table, path, use_dictionary=_dictionary_columns(table.schema))
     if after is not None:
         after()
 

@@ -1,6 +1,7 @@
 """Reading committed data back: only windows in the commit log, never half-written attempts.
 
-``read_topic_arrow`` needs no Spark (local sinks); ``read_topic_spark`` works for any URI.
+``read_topic_arrow`` needs no Spark (local and object-store sinks: Arrow's file system of the
+store, through the active access); ``read_topic_spark`` works for any URI.
 Both accept a topic name such as ``shop.public.orders`` or ``shop.transaction``, and merge
 events written under different table schemas by the rules in :mod:`.schemas`.
 
@@ -26,8 +27,10 @@ import pyarrow.dataset as ds
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcStateError
 from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.formats import PARQUET, local_base, table_format
+from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas, spark_read_merged
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
@@ -111,12 +114,26 @@ def read_topic_arrow(
     paths = committed_paths(base_path, topic_prefix, topic)
     if not paths:
         return None
-    files = sorted(f for p in paths for f in ds.dataset(p, format="parquet").files)
-    tables = [ds.dataset(f, format="parquet").to_table() for f in files]
+    files = sorted(_parquet_files(paths), key=lambda file: file[1])
+    tables = [ds.dataset(f, filesystem=fs, format="parquet").to_table() for fs, f in files]
     if not tables:
         return None
     schema = merge_schemas([t.schema for t in tables])
     return pa.concat_tables([conform_table(t, schema) for t in tables])
+
+
+def _parquet_files(dataset_uris: list[str]) -> list[tuple[Any, str]]:
+    """Every Parquet file of the datasets, with the file system that reads it (an object store's
+    URI is opened with its own client, verbatim; others as Arrow reads them)."""
+    files = []
+    for uri in dataset_uris:
+        if is_object_store(uri):
+            filesystem, path = object_store.filesystem(uri)
+            dataset = ds.dataset(path, filesystem=filesystem, format="parquet")
+        else:
+            dataset = ds.dataset(uri, format="parquet")
+        files += [(dataset.filesystem, f) for f in dataset.files]
+    return files
 
 
 def read_topic_spark(
@@ -150,7 +167,14 @@ def read_windows_spark(
         return None
     from pyspark.sql import functions as F
 
-    return spark_read_merged(spark, files).where(F.col(WINDOW_ID_FIELD).isin([e.window_id for e, _ in written]))
+    from airflow_provider_cdc.cdc.sinks.spark_files import Only
+
+    ids = [e.window_id for e, _ in written]
+    # On an object store the footers' statistics skip the files of other windows, as Spark's
+    # pushed-down filter does locally: a run reads its windows' files, not the whole table.
+    return spark_read_merged(spark, files, only=Only(WINDOW_ID_FIELD, tuple(ids))).where(
+        F.col(WINDOW_ID_FIELD).isin(ids)
+    )
 
 
 def check_entry_formats(entries: list[CommitEntry], sink_format: str, topic_prefix: str) -> None:

@@ -108,9 +108,18 @@ def _text(value: Any) -> str:
 # -- Spark ---------------------------------------------------------------------------------------
 
 
-def spark_read_merged(spark: Any, paths: Sequence[str]) -> Any:
-    """Read Parquet datasets whose schemas may differ, merged by the rules above."""
+def spark_read_merged(spark: Any, paths: Sequence[str], *, only: Any = None) -> Any:
+    """Read Parquet datasets whose schemas may differ, merged by the rules above.
+
+    ``only`` (a :class:`.spark_files.Only`) lets the object-store reader skip row groups and rows
+    outside it; the caller still filters the DataFrame (Spark's reader pushes that filter down)."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from airflow_provider_cdc.cdc.sinks import spark_files
+
+    if any(spark_files.bridged(p) for p in paths):
+        # Spark cannot open object stores here: Arrow reads them in Spark tasks, merging alike.
+        return spark_files.read_parquet(spark, paths, only=only)
 
     # One window directory can hold files of several table versions (an ALTER TABLE inside the
     # window), and Spark reads a directory with one schema: group the files by their schema.

@@ -1,16 +1,20 @@
-"""File operations the sink needs for its commit log, on a local path or any Hadoop URI.
+"""File operations the sink needs for its commit log, on a local path, an object store or any
+Hadoop URI.
 
 The commit log needs one primitive beyond reading and listing: *publish a small file so that it
 appears whole or not at all, and never replaces an existing one*. Locally that is write-to-temp
 + ``os.link`` (fails if the name exists); on Hadoop file systems it is create-temp + ``rename``,
-which HDFS and the local Hadoop file system implement atomically and without overwriting. (On
-object stores rename is a copy: the log stays correct under the one-writer-per-capture rule the
-capture lock enforces, but is not atomic against a crash mid-copy; see docs/architecture.md.)
+which HDFS and the local Hadoop file system implement atomically and without overwriting. On
+object stores there is no rename: it is one conditional PUT (``If-None-Match: *``,
+:func:`.object_store.put_if_absent`), which the store applies atomically and refuses when the
+name exists (see docs/architecture.md).
 
-Plain paths use :class:`LocalStorage` and need no JVM. URIs with a scheme (``file://``,
-``hdfs://``, ``s3a://``, ``abfss://`` ...) use :class:`HadoopStorage` through the Spark session's
-Hadoop configuration inside jobs, so they work wherever Spark can write; outside Spark (the
-operator reading the commit log) they use :class:`ArrowFsStorage`, Arrow's file systems.
+Plain paths use :class:`LocalStorage` and need no JVM. Object stores (``s3://``, ``s3a://``,
+``gs://``, ``abfss://`` ...) use :class:`ObjectStoreStorage`, Arrow's file systems and obstore,
+inside jobs and out (Spark's S3 connector is not used: every object-store read and write is
+Arrow's). Other URIs (``file://``, ``hdfs://``) use :class:`HadoopStorage` through the Spark
+session's Hadoop configuration inside jobs, so they work wherever Spark can write; outside Spark
+(the operator reading the commit log) they use :class:`ArrowFsStorage`, Arrow's file systems.
 
 What lands is a full copy of the captured tables: a local sink's (or state path's) root
 directory is created ``0o700`` when the product creates it (:func:`ensure_private_root`), so
@@ -22,7 +26,9 @@ files are created ``0o600`` (:func:`create_private_file`). An existing root is l
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -33,6 +39,8 @@ from urllib.parse import urlparse
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
 from airflow_provider_cdc.cdc.naming import encoded_uri
+from airflow_provider_cdc.cdc.sinks import object_store
+from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
 
 
 class Storage(Protocol):
@@ -104,6 +112,8 @@ def storage_for(base_path: str, spark_provider: Callable[[], Any] | None = None)
     if not base_path or not str(base_path).strip():
         raise CdcConfigurationError("sink_path is empty; give a local directory or a Hadoop URI")
     if is_uri(base_path):
+        if is_object_store(base_path):
+            return ObjectStoreStorage(base_path)  # with or without Spark: Spark never touches the store
         if spark_provider is None:
             return ArrowFsStorage(base_path)
         return HadoopStorage(base_path, spark_provider)
@@ -168,6 +178,7 @@ def check_path_setting(path: Any, name: str = "sink_path") -> str:
         )
     if is_uri(path):
         parsed = urlparse(path)
+        _check_object_store_uri(path, name)
         if not (parsed.path.startswith("/") or (parsed.netloc and not parsed.path)):
             raise CdcConfigurationError(
                 f"{name} {path!r} is a URI with a relative path ({parsed.path!r}): like a relative local path, "
@@ -190,14 +201,61 @@ def check_path_setting(path: Any, name: str = "sink_path") -> str:
     return path
 
 
-def check_writable(base_path: str) -> None:
-    """Fail before anything is written when a local sink path cannot hold the sink.
+#: An S3 bucket's name (and a GCS bucket's without dots or underscores): 3 to 63 lowercase letters,
+#: digits, dots and hyphens, starting and ending with a letter or digit.
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_GCS_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 
-    The path need not exist yet; its nearest existing ancestor must be a directory this process
-    may create entries in. Hadoop URIs are left to their jobs (checking them needs the file system).
+
+def _check_object_store_uri(path: str, name: str) -> None:
+    """An object-store path's bucket, at parse: present, well formed, no credentials in the URI
+    (``s3://KEY:SECRET@bucket`` would put the keys in the serialized DAG, the Assets and the logs)."""
+    from airflow_provider_cdc.cdc.sinks.object_store import AZURE_SCHEMES, GCS_SCHEMES, S3_SCHEMES, scheme_of
+
+    scheme = scheme_of(path)
+    if scheme not in S3_SCHEMES | GCS_SCHEMES | AZURE_SCHEMES:
+        return
+    netloc = urlparse(path).netloc
+    userinfo = netloc.rpartition("@")[0]
+    # Azure's abfs://container@account.dfs.core.windows.net names the container before '@'.
+    if ":" in userinfo or (userinfo and scheme not in AZURE_SCHEMES):
+        raise CdcConfigurationError(
+            f"{name} holds credentials before '@' in the URI (shown here without it: "
+            f"{scheme}://{netloc.rpartition('@')[2]}{urlparse(path).path}): they would be stored in the serialized "
+            "DAG, the Assets and the logs. Remove them from the URI and put the keys in an Airflow 'aws' connection "
+            "named by the capture's object_store_conn_id"
+        )
+    if scheme in AZURE_SCHEMES:
+        return
+    pattern = _S3_BUCKET if scheme in S3_SCHEMES else _GCS_BUCKET
+    if not pattern.fullmatch(netloc):
+        raise CdcConfigurationError(
+            f"{name} {path!r} does not name a valid bucket ({netloc!r}): a bucket name is 3 to 63 lowercase "
+            f"letters, digits, dots and hyphens, starting and ending with a letter or digit ({scheme}://bucket/prefix)"
+        )
+
+
+#: How long setup's object-store check waits for the store before failing: each request is
+#: bounded by object_store's timeouts, but with retries a store that accepts connections and never
+#: answers would hold the task for minutes.
+SETUP_CHECK_TIMEOUT_SECONDS = 30.0
+
+
+def check_writable(base_path: str, name: str = "sink_path") -> None:
+    """Fail before anything is written when a sink (or state) path cannot hold the sink.
+
+    Locally the path need not exist yet; its nearest existing ancestor must be a directory this
+    process may create entries in. On an object store (:func:`check_object_store`) the bucket must
+    exist and the access list, create and delete objects under the prefix. Other Hadoop URIs are
+    left to their jobs (checking them needs the file system).
     """
     if not base_path or not str(base_path).strip():
-        raise CdcConfigurationError("sink_path is empty; give a local directory or a Hadoop URI")
+        raise CdcConfigurationError(f"{name} is empty; give a local directory or a Hadoop URI")
+    from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
+
+    if is_object_store(str(base_path)):
+        check_object_store(str(base_path), name)
+        return
     if is_uri(base_path):
         return
     root = Path(base_path).expanduser().absolute()
@@ -218,6 +276,156 @@ def check_writable(base_path: str) -> None:
             f"sink_path {str(root)!r} is not writable: this process cannot create entries in "
             f"{str(nearest)!r}. Fix its permissions or choose another sink_path"
         )
+
+
+def check_object_store(base_uri: str, name: str = "sink_path") -> None:
+    """The setup check of an object-store path, with the active access: the bucket exists, the
+    prefix can be listed, and a probe object is created (create-only, as the commit log publishes)
+    and deleted. Each failure is a :class:`CdcConfigurationError` that says what to fix, without
+    the keys; nothing is left written. Bounded by :data:`SETUP_CHECK_TIMEOUT_SECONDS`."""
+    import threading
+
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    # Given to the probe explicitly: a probe abandoned at the bound may end long after this
+    # task's access stopped being the process's, and must neither read nor set the process's.
+    access = object_store.current() or object_store.ObjectStoreAccess()
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            _probe_object_store(base_uri, name, access)
+            outcome.append(None)
+        except BaseException as exc:  # reported by the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=probe, name="cdc-object-store-check", daemon=True)
+    worker.start()
+    worker.join(SETUP_CHECK_TIMEOUT_SECONDS)
+    if not outcome:
+        raise CdcConfigurationError(
+            f"{name} {base_uri!r}: the object store{_endpoint_of(access)} did not answer within "
+            f"{SETUP_CHECK_TIMEOUT_SECONDS:g} s; nothing was written. Check the connection's endpoint_url and that "
+            "the store is up and reachable from the workers"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _endpoint_of(access: Any) -> str:
+    endpoint = getattr(access, "endpoint_url", None)
+    return f" at {endpoint}" if endpoint else ""
+
+
+def _probe_object_store(base_uri: str, name: str, access: Any) -> None:
+    import pyarrow.fs as pafs
+
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    uri = object_store.library_uri(base_uri).rstrip("/")
+    bucket, _ = object_store.split_bucket(uri)
+    where = f"{name} {base_uri!r}"
+    step = "listing"
+    try:
+        fs, path = object_store.filesystem(uri, access)
+        # Listing first (its errors name refused credentials; HeadBucket's have no body), then
+        # the bucket: a listing finds nothing in a missing one, and some stores create a missing
+        # bucket on the first write.
+        fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        if fs.get_file_info(path.split("/", 1)[0]).type == pafs.FileType.NotFound:
+            raise CdcConfigurationError(
+                f"{where}: the bucket {bucket!r} does not exist{_endpoint_of(access)}; nothing was written. "
+                "Create it, or correct the bucket in the path"
+            )
+        step = "writing"
+        probe_uri = f"{uri}/.cdc-setup-probe-{uuid.uuid4().hex}"
+        object_store.put_if_absent(probe_uri, b"", access)
+        try:
+            honoured = _refuses_second_create(probe_uri, access)
+        except Exception:
+            with contextlib.suppress(Exception):  # the write's error is the one to report
+                object_store.delete_prefix(probe_uri, access)
+            raise
+        step = "deleting"
+        object_store.delete_prefix(probe_uri, access)  # not Arrow's delete: it would leave a marker
+        if not honoured:
+            raise CdcConfigurationError(
+                f"{where}: the object store{_endpoint_of(access)} does not honour conditional writes "
+                "(If-None-Match): a second create-only PUT of the setup probe's name replaced it instead of "
+                "failing. The commit log publishes each entry with one create-only PUT and relies on the store "
+                "refusing a name that exists (docs/architecture.md); use a store (or a version of it) that "
+                "supports conditional writes. Nothing was left written"
+            )
+    except CdcConfigurationError:
+        raise
+    except Exception as exc:
+        raise CdcConfigurationError(_store_failure(where, step, exc, access)) from None
+
+
+def _refuses_second_create(uri: str, access: Any) -> bool:
+    """Whether a second create-only PUT of ``uri`` (which exists) is refused, as the commit log
+    needs: a store that ignores ``If-None-Match`` replaces the object instead."""
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    try:
+        object_store.put_if_absent(uri, b"", access)
+    except FileExistsError:
+        return True
+    return False
+
+
+#: Words of the S3 clients' errors (Arrow's, obstore's), lowercased, and what they mean.
+_CREDENTIALS_REFUSED = (
+    "signature_does_not_match",
+    "signaturedoesnotmatch",
+    "invalid_access_key_id",
+    "invalidaccesskeyid",
+    "expiredtoken",
+    "expired_token",
+    "invalidtoken",
+)
+_NO_ANSWER = (
+    "could not connect",
+    "couldn't connect",
+    "connection refused",
+    "timed out",
+    "timeout",
+    "error sending request",
+    "network_connection",
+    "resolve host",
+)
+_DENIED = ("accessdenied", "access_denied", "access denied", "forbidden", "lacked the necessary privileges")
+_NO_BUCKET = ("no_such_bucket", "nosuchbucket", "bucket does not exist")
+
+
+def _store_failure(where: str, step: str, exc: BaseException, access: Any) -> str:
+    """What failed talking to the store, what to do, and the library's own words, without the keys."""
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    detail = object_store.redact(" ".join(str(exc).split())[:600], access)
+    text = detail.lower()
+    if any(word in text for word in _CREDENTIALS_REFUSED):
+        why = (
+            "the store refused the credentials: check the access key id and secret (or the role) of the "
+            "capture's object_store_conn_id connection"
+        )
+    elif any(word in text for word in _NO_ANSWER):
+        why = (
+            f"the object store{_endpoint_of(access)} did not answer: check the connection's endpoint_url and that "
+            "the store is up and reachable from the workers"
+        )
+    elif any(word in text for word in _DENIED):
+        needed = "s3:PutObject and s3:DeleteObject" if step in ("writing", "deleting") else "s3:ListBucket"
+        why = (
+            f"the credentials may not do this ({step} under the prefix): grant them {needed} on the bucket and "
+            "prefix (a capture needs list, get, put and delete)"
+        )
+    elif any(word in text for word in _NO_BUCKET):
+        why = "the bucket does not exist: create it, or correct the bucket in the path"
+    else:
+        why = "see the store's answer"
+    left = " (a probe object may be left: delete '.cdc-setup-probe-*' objects)" if step == "deleting" else ""
+    return f"{where}: {step} failed: {why}; nothing was written{left}. The store said: {type(exc).__name__}: {detail}"
 
 
 #: Mode of the directories and files the sink creates for itself (before the umask).
@@ -494,6 +702,66 @@ class ArrowFsStorage:
         from pyarrow import fs as pafs
 
         return self._fs.get_file_info(self._path(rel)).type != pafs.FileType.NotFound
+
+
+class ObjectStoreStorage:
+    """Storage on an object store (S3 and S3-compatible, GCS, Azure): Arrow's file system for
+    reads and lists, obstore for the create-only publish and for deletes.
+
+    The clients are built from the access active when first used (:func:`.object_store.using`).
+    Paths are keys: there are no directories to create, no links to follow and no rename; a name
+    is taken verbatim (an escaped topic directory's ``%`` is part of its key)."""
+
+    def __init__(self, base_uri: str):
+        self.base_uri = base_uri.rstrip("/")
+        self._client: tuple[Any, str] | None = None
+
+    @property
+    def filesystem(self) -> Any:
+        """Arrow's file system of the store (paths in it: :meth:`path`)."""
+        return self._fs()[0]
+
+    def _fs(self) -> tuple[Any, str]:
+        if self._client is None:
+            self._client = object_store.filesystem(self.base_uri)
+        return self._client
+
+    def path(self, rel: str) -> str:
+        """``rel`` as a path in :attr:`filesystem` (``bucket/key``)."""
+        root = self._fs()[1]
+        return f"{root}/{inside(rel)}" if rel else root
+
+    def uri(self, rel: str) -> str:
+        return f"{self.base_uri}/{inside(rel)}" if rel else self.base_uri
+
+    def dataset_uri(self, rel: str) -> str:
+        """Verbatim, with the scheme the libraries know (``s3a://`` → ``s3://``): open it with
+        :func:`.object_store.filesystem`, which does not decode it."""
+        return object_store.library_uri(self.uri(rel))
+
+    def read_text(self, rel: str) -> str:
+        with self.filesystem.open_input_stream(self.path(rel)) as stream:
+            return stream.read().decode("utf-8")
+
+    def publish_text(self, rel: str, text: str) -> None:
+        # One conditional PUT: whole or nothing, never over an existing entry (no temp + rename).
+        object_store.put_if_absent(object_store.library_uri(self.uri(rel)), text.encode("utf-8"))
+
+    def list_names(self, rel_dir: str) -> list[str]:
+        from pyarrow import fs as pafs
+
+        infos = self.filesystem.get_file_info(pafs.FileSelector(self.path(rel_dir), allow_not_found=True))
+        return sorted(info.base_name for info in infos)
+
+    def delete_tree(self, rel: str) -> None:
+        if not inside(rel):
+            raise CdcStateError("refusing to delete the sink's base path")
+        object_store.delete_prefix(object_store.library_uri(self.uri(rel)))
+
+    def exists(self, rel: str) -> bool:
+        from pyarrow import fs as pafs
+
+        return self.filesystem.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
 
 def _fsync_dir(path: Path) -> None:

@@ -255,7 +255,14 @@ def write_snapshot_tables(
     for ref, schema in schemas.items():
         topic = Topic.for_table(spec.topic_prefix, ref.schema, ref.name)
         rows[topic.name] = write_partitions(
-            spark, writer, topic, plans[ref], reader_for(ref), file_name=file_name, schema=schema, local=sink.is_local
+            spark,
+            writer,
+            topic,
+            plans[ref],
+            reader_for(ref),
+            file_name=file_name,
+            schema=schema,
+            arrow_writes=sink.arrow_writes,
         )
         log.info("snapshot of %s: %d rows", ref, rows[topic.name])
         faults.point("snapshot.table_written")

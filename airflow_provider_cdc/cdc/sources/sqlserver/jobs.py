@@ -224,7 +224,7 @@ def _run_snapshot(spec: SqlServerJobSpec, spark_provider: SparkProvider) -> Comm
                 functools.partial(read_partition, info, point, table, context=context, settings=spec.events),
                 file_name=_part_file,
                 schema=TableEncoder(table, table.columns, spec.events).layout.schema,
-                local=sink.is_local,
+                arrow_writes=sink.arrow_writes,
             )
             log.info("snapshot of %s: %d rows", table.ref, rows[topic.name])
             faults.point("snapshot.table_written")

@@ -118,8 +118,9 @@ def test_first_window_creates_the_table_with_file_stats_and_the_window_tag(tmp_p
 def test_factory_and_configuration_errors(tmp_path):
     assert isinstance(table_format("delta", f"file://{tmp_path}", PREFIX), DeltaTables)
     assert DeltaTables(f"file://{tmp_path}", PREFIX).table_uri(TOPIC) == str(tmp_path / TOPIC.directory)
-    with pytest.raises(CdcConfigurationError, match="local sink paths only"):
-        DeltaTables("s3a://bucket/lake", PREFIX)
+    assert DeltaTables("s3a://bucket/lake/", PREFIX).table_uri(TOPIC) == f"s3://bucket/lake/{TOPIC.directory}"
+    with pytest.raises(CdcConfigurationError, match="not hdfs:// ones"):
+        DeltaTables("hdfs://namenode/lake", PREFIX)
     with pytest.raises(CdcConfigurationError, match="unknown Delta option"):
         DeltaTables(str(tmp_path), PREFIX, {"endpoint": "x"})
     odd = Topic.for_table(PREFIX, "public", "my table")  # directory 'shop.public.my%20table'
