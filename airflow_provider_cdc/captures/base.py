@@ -351,7 +351,7 @@ class Capture(ABC):
         None without one (each library's default credential chain)."""
         if self.object_store_conn_id is None:
             return None
-        from airflow_provider_cdc.hooks.object_store import object_store_access
+        from airflow_provider_cdc.captures.object_store_connection import object_store_access
 
         return object_store_access(self.object_store_conn_id)
 

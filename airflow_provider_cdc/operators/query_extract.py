@@ -142,7 +142,7 @@ class PostgresQueryExtractOperator(BaseOperator):
 
         access = None
         if self.object_store_conn_id is not None:
-            from airflow_provider_cdc.hooks.object_store import object_store_access
+            from airflow_provider_cdc.captures.object_store_connection import object_store_access
 
             with fail_fast_on_terminal_errors():
                 check_object_store_conn_id(self.object_store_conn_id, self.sink_path)

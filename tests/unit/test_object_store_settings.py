@@ -127,8 +127,8 @@ def test_the_query_extraction_takes_the_same_connection_setting():
 def test_without_a_region_the_environment_s_region_is_used(monkeypatch):
     # Review finding 7: a connection without region_name signs for the session's (environment's,
     # profile's) region, not a hard-coded us-east-1; so does an access that names none.
+    from airflow_provider_cdc.captures.object_store_connection import object_store_access
     from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
-    from airflow_provider_cdc.hooks.object_store import object_store_access
 
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")

@@ -47,7 +47,7 @@ def _expected_keys(prefix_key: str) -> set[str]:
 
 
 def test_an_endpoint_without_an_addressing_style_is_path_style_for_every_engine(s3_server, s3_prefix, monkeypatch):
-    from airflow_provider_cdc.hooks.object_store import object_store_access
+    from airflow_provider_cdc.captures.object_store_connection import object_store_access
 
     extra = {k: v for k, v in s3_server.connection_extra().items() if k != "config_kwargs"}  # no style: 'auto'
     connection = {"conn_type": "aws", "login": ADMIN[0], "password": ADMIN[1], "extra": extra}
