@@ -133,6 +133,29 @@ def s3_prefix(request, s3_server) -> Iterator[str]:
         yield prefix
 
 
+@pytest.fixture
+def s3_prefix_without_access(s3_prefix) -> Iterator[str]:
+    """``s3_prefix`` with no access active: only an Airflow ``aws`` connection reaches the store, as
+    on a worker. Restored by this fixture itself (a monkeypatch set up before ``s3_prefix`` would
+    put the admin access back after ``s3_prefix`` ended, active for the rest of the session)."""
+    from airflow_provider_cdc.cdc.sinks import object_store
+
+    with object_store.task_access(None):
+        yield s3_prefix
+
+
+@pytest.fixture
+def s3_aws_connection(s3_server, s3_prefix_without_access, monkeypatch) -> str:
+    """The suite's S3 server as the Airflow ``aws`` connection ``lake_s3`` (admin keys, path-style)."""
+    import json
+
+    from tests.support.s3_server import ADMIN
+
+    aws = {"conn_type": "aws", "login": ADMIN[0], "password": ADMIN[1], "extra": s3_server.connection_extra()}
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps(aws))
+    return "lake_s3"
+
+
 @pytest.fixture(scope="session")
 def airflow_db():
     """An initialised SQLite metadata database, once per session."""

@@ -30,7 +30,7 @@ from tests.support.s3_server import ADMIN, BUCKET, REGION
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
-CONN_ID = "lake_s3"
+CONN_ID = "lake_s3"  # the s3_aws_connection fixture's
 CATALOG_CONN_ID = "lake_catalog"
 
 
@@ -52,10 +52,7 @@ def _example_on_s3(db, s3_server, s3_prefix, monkeypatch, sink_format: str):
     with db.connect() as conn:
         shop.create_schema(conn)
         shop.seed(conn)
-    # Only the connection gives access: not the fixture's (which code below the operators would see).
-    monkeypatch.setattr(object_store, "_active", None)
-    aws = {"conn_type": "aws", "login": ADMIN[0], "password": ADMIN[1], "extra": s3_server.connection_extra()}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(aws))
+    # Only the connection (the s3_aws_connection fixture) gives access, not s3_prefix's.
     monkeypatch.setenv("AIRFLOW_CONN_SHOP_DB", db.cluster.airflow_uri(db.name))
     monkeypatch.setenv("CDC_EXAMPLE_SINK_PATH", s3_prefix)
     monkeypatch.setenv("CDC_EXAMPLE_STATE_PATH", f"{s3_prefix}/state")
@@ -77,7 +74,7 @@ def _example_on_s3(db, s3_server, s3_prefix, monkeypatch, sink_format: str):
 
 @pytest.mark.parametrize("sink_format", ["parquet", "delta", "iceberg"])
 def test_example_dag_lands_on_s3_with_an_aws_connection(
-    db15, airflow_db, spark, s3_server, s3_prefix, monkeypatch, capfd, sink_format
+    db15, airflow_db, spark, s3_server, s3_prefix, s3_aws_connection, monkeypatch, capfd, sink_format
 ):
     from airflow.models import Variable
 
@@ -169,7 +166,7 @@ def _assert_secret_kept(dag, result, log_text: str, secrets: list[str]) -> None:
 
 
 def test_a_submitted_window_gets_the_keys_in_its_environment_not_its_spec(
-    db15, airflow_db, spark, s3_server, s3_prefix, monkeypatch, capfd
+    db15, airflow_db, spark, s3_server, s3_prefix, s3_aws_connection, monkeypatch, capfd
 ):
     """One window through ``spark-submit``: the spec file holds the endpoint and no key; the job
     reads the keys from its environment and lands on the store."""

@@ -54,12 +54,11 @@ SNAPSHOT_FAULTS = {
 
 
 @pytest.fixture
-def s3_capture(db15, spark, s3_server, s3_prefix, monkeypatch):
+def s3_capture(db15, spark, s3_server, s3_prefix_without_access, monkeypatch):
     """A capture factory: the shop database, its lake under ``s3_prefix``, the access only from
     an ``aws`` connection (the fixture's own access is switched off)."""
     conn_id = prepare_shop(db15, monkeypatch, "s3crash", customers=20, orders_per_customer=2)
     store = harness.object_store_connection(monkeypatch, s3_server)
-    monkeypatch.setattr(object_store, "_active", None)
 
     def make(sink_format: str, prefix: str = "lake", *, chunk: int = 100_000) -> CrashCapture:
         overrides = {**store, "sink_format": sink_format}
@@ -69,7 +68,8 @@ def s3_capture(db15, spark, s3_server, s3_prefix, monkeypatch):
                 f"postgresql+psycopg://{cluster.superuser}:{cluster.password}@{cluster.host}:{cluster.port}/{db15.name}"
             )
             overrides["table_catalog"] = {"type": "sql", "uri": uri}
-        return CrashCapture(db15, conn_id, prefix, f"{s3_prefix}/{prefix}", KEYS, chunk=chunk, overrides=overrides)
+        sink = f"{s3_prefix_without_access}/{prefix}"
+        return CrashCapture(db15, conn_id, prefix, sink, KEYS, chunk=chunk, overrides=overrides)
 
     return make
 

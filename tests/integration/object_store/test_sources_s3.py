@@ -4,9 +4,6 @@ connection (``object_store_conn_id``), read back from the store with the product
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
 
 from airflow_provider_cdc.cdc.sinks import object_store
@@ -17,22 +14,10 @@ from tests.support.s3_server import ADMIN, BUCKET, REGION
 
 pytestmark = [pytest.mark.airflow, pytest.mark.pg]
 
-CONN_ID = "lake_s3_sources"
-
-
 @pytest.fixture
-def aws_conn(s3_server, s3_prefix, monkeypatch) -> Iterator[str]:
-    """The store as an Airflow ``aws`` connection; only it gives access (not the fixture's).
-    Restored here, not by monkeypatch: a monkeypatch set up before ``s3_prefix`` would put the
-    fixture's access back after ``s3_prefix`` ended, active for the rest of the session."""
-    aws = {"conn_type": "aws", "login": ADMIN[0], "password": ADMIN[1], "extra": s3_server.connection_extra()}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(aws))
-    previous = object_store.current()
-    object_store._active = None
-    try:
-        yield CONN_ID
-    finally:
-        object_store._active = previous
+def aws_conn(s3_aws_connection) -> str:
+    """The store as an Airflow ``aws`` connection; only it gives access (not s3_prefix's)."""
+    return s3_aws_connection
 
 
 def _polars_ops(s3_server, sink: str, prefix: str, topic: str) -> list[str]:
