@@ -10,6 +10,17 @@ run. Per idle run it reports the window task's time and the whole DAG run's, whe
 process imported pyspark or started a JVM, and whether the slot was acknowledged past the WAL
 the neighbour wrote. Figures are medians over the idle runs; the limit is the time of one
 trivial query on a fresh connection (connect + ``SELECT 1``), measured in the same run.
+
+    .venv/bin/python bench/idle_run.py --scheduler --runs 3
+
+``--scheduler``: the example DAG as shipped (``dags/examples/postgres_cdc_hourly.py``) under a
+real scheduler (``tests/support/scheduler.py``: scheduler, DAG processor, API server, LocalExecutor),
+with a few dozen changes (``shop.mutate``) before each manual run, side by side in the same
+deployment with a copy of it whose current-state task has ``state_engine="spark"`` (its own
+prefix and slot, the same changes) and a DAG of one task that does nothing (Airflow's own cost of
+a task). Per run: each task's duration (the task instance's, from the REST API), their sum, and
+whether the task started a JVM (a watcher polls ``/proc`` for ``java`` processes of this
+deployment; a task's children inherit Airflow's ``AIRFLOW_CTX_*`` variables, which name it).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,12 +104,162 @@ def run_once(hour: int, sink: str) -> dict:
     }
 
 
+NOOP_DAG = """
+import pendulum
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+
+with DAG("noop", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+    PythonOperator(task_id="noop", python_callable=lambda: None)
+"""
+
+
+class JvmWatch(threading.Thread):
+    """Every JVM started under the deployment at ``home``: (dag id, run id, task id) of the task
+    whose process (or a child of it) runs it, polled from ``/proc`` every 0.2 s."""
+
+    def __init__(self, home: Path):
+        super().__init__(daemon=True)
+        self.home = f"AIRFLOW_HOME={home}".encode()
+        self.seen: set[str] = set()
+        self.started: set[tuple[str, str, str]] = set()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit() and entry.name not in self.seen:
+                    self._check(entry.name)
+            self.stopped.wait(0.2)
+
+    def _check(self, pid: str) -> None:
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() != "java":
+                    return  # checked again next time: spark-submit's script execs java in its own process
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                env = environ.read().split(b"\0")
+        except OSError:
+            return
+        self.seen.add(pid)
+        if self.home not in env:
+            return
+        found = dict(item.decode(errors="replace").split("=", 1) for item in env if b"=" in item)
+        self.started.add(
+            (
+                found.get("AIRFLOW_CTX_DAG_ID", "?"),
+                found.get("AIRFLOW_CTX_DAG_RUN_ID", "?"),
+                found.get("AIRFLOW_CTX_TASK_ID", "?"),
+            )
+        )
+
+
+def _spark_variant(source: str) -> str:
+    """The example DAG with Spark for the current state, under its own DAG id, prefix and slot."""
+    replaced = (
+        source.replace('dag_id="postgres_cdc_hourly"', 'dag_id="postgres_cdc_hourly_spark"')
+        .replace('TOPIC_PREFIX = "shop"', 'TOPIC_PREFIX = "shop_spark"')
+        .replace("state_path=STATE_PATH,", 'state_path=STATE_PATH,\n        state_engine="spark",')
+    )
+    if replaced.count("shop_spark") != 1 or 'state_engine="spark"' not in replaced:
+        raise SystemExit("the example DAG changed: update bench/idle_run.py's _spark_variant")
+    return replaced
+
+
+def _run_report(airflow, dag_id: str, run_id: str, jvms: JvmWatch) -> dict:
+    """Each task's state, duration and whether its process started a JVM."""
+    time.sleep(0.5)  # one more poll of the watcher
+    tasks = {}
+    for task_id, ti in airflow.task_instances(dag_id, run_id).items():
+        jvm = (dag_id, run_id, task_id) in jvms.started
+        tasks[task_id] = {"state": ti["state"], "seconds": ti["duration"] or 0.0, "jvm": jvm}
+    return tasks
+
+
+def scheduler_main(args: argparse.Namespace) -> int:
+    from airflow_provider_cdc.testing import shop
+    from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
+    from tests.support.scheduler import AirflowDeployment
+
+    work = Path(tempfile.mkdtemp(prefix="cdc-bench-sched-"))
+    cluster = PostgresCluster(available_flavours()["pg15"], scratch_dir("cdc-bench-sched-pg-")).start()
+    try:
+        cluster.create_database("shop")
+        with cluster.connect("shop") as conn:
+            shop.create_schema(conn)
+            shop.seed(conn)
+        dags = work / "dags"
+        dags.mkdir()
+        example = (ROOT / "dags" / "examples" / "postgres_cdc_hourly.py").read_text()
+        (dags / "postgres_cdc_hourly.py").write_text(example)
+        (dags / "postgres_cdc_hourly_spark.py").write_text(_spark_variant(example))
+        (dags / "noop.py").write_text(NOOP_DAG)
+        env = {
+            "AIRFLOW_CONN_SHOP_DB": cluster.airflow_uri("shop"),
+            "CDC_EXAMPLE_SINK_PATH": str(work / "lake"),
+            "CDC_EXAMPLE_STATE_PATH": str(work / "state"),
+        }
+        compared = ("postgres_cdc_hourly", "postgres_cdc_hourly_spark", "noop")
+        jvms = JvmWatch(work / "airflow")
+        jvms.start()
+        with AirflowDeployment(work / "airflow", dags, cluster, env=env) as airflow:
+            for dag_id in compared:
+                airflow.wait_for_dag(dag_id)
+            rows = []
+            for dag_id in compared[:2]:  # the latest hour's scheduled run: setup and initial snapshot (run 0)
+                airflow.unpause(dag_id)
+                first = airflow.wait_for_runs(dag_id, 1)[0]
+                report = _run_report(airflow, dag_id, first["dag_run_id"], jvms)
+                rows.append((0, dag_id, first["state"], report, None, None))
+            airflow.unpause("noop")
+            for round_no in range(1, args.runs + 1):
+                with cluster.connect("shop") as conn:
+                    made = shop.mutate(conn, round_no=round_no)
+                for dag_id in compared:
+                    run_id = airflow.trigger(dag_id)
+                    state = airflow.wait_for_run(dag_id, run_id)["state"]
+                    window = airflow.xcom(dag_id, run_id, "capture_window") if dag_id != "noop" else None
+                    report = _run_report(airflow, dag_id, run_id, jvms)
+                    rows.append((round_no, dag_id, state, report, window, made))
+        jvms.stopped.set()
+        _print_scheduler_table(rows)
+        ok = all(r[2] == "success" for r in rows) and not any(
+            t["jvm"] for r in rows if r[0] and r[1] == "postgres_cdc_hourly" for t in r[3].values()
+        )
+        print("example DAG: " + ("no JVM in any task" if ok else "NOT as expected (see the table)"))
+        return 0 if ok else 1
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.base_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _print_scheduler_table(rows: list) -> None:
+    order = ("setup", "snapshot", "capture_window", "current_state", "slot_health", "noop")
+    print("| run | DAG | changes | " + " | ".join(order) + " | sum of task s | JVM in |")
+    print("|---|---|---|" + "---|" * len(order) + "---|---|")
+    sums: dict[str, list[float]] = {}
+    for round_no, dag_id, state, tasks, window, _made in rows:
+        cells = [f"{tasks[t]['seconds']:.2f}" if t in tasks else "" for t in order]
+        total = sum(t["seconds"] for t in tasks.values())
+        if round_no:
+            sums.setdefault(dag_id, []).append(total)
+        jvm = ", ".join(t for t, v in tasks.items() if v["jvm"]) or "none"
+        changes = window.get("changes", "") if isinstance(window, dict) else ""
+        print(f"| {round_no} | {dag_id} ({state}) | {changes} | " + " | ".join(cells) + f" | {total:.2f} | {jvm} |")
+    for dag_id, totals in sums.items():  # the hourly runs (run 0 is the initial snapshot)
+        print(f"median sum of task durations, {dag_id}: {statistics.median(totals):.2f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="idle runs after the initial snapshot run")
     parser.add_argument("--neighbour-rows", type=int, default=20000, help="rows an unrelated table writes per hour")
+    parser.add_argument("--scheduler", action="store_true", help="the example DAG under a real scheduler")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: one run, in a fresh process
     args = parser.parse_args()
+    if args.scheduler:
+        return scheduler_main(args)
     if args.child is not None:
         print("RESULT " + json.dumps(run_once(args.child, os.environ["CDC_BENCH_SINK"])))
         return 0

@@ -1,17 +1,19 @@
 """Current-state refresh after one window: today's full rewrite against MERGE into Delta and Iceberg.
 
     .venv/bin/python bench/state_merge.py --rows 100000 1000000 --changes 1000 --repeat 2
+    .venv/bin/python bench/state_merge.py --distribution uniform ...
 
 For each size N, builds an ``orders`` state table of N rows (id bigint key, customer_id,
 public_id uuid text, status, total decimal, ordered_at timestamp, note), written sorted by id
 into files of a bounded size (``--file-mb``), three times: as today's Parquet state version, as a
-Delta table and as an Iceberg table (SQLite catalog). Then, per repetition, one stream window of
-about C changes shaped like an order system's load:
+Delta table and as an Iceberg table (SQLite catalog). Then, per repetition and distribution, one
+stream window of about C changes shaped like an order system's load:
 
-- 75 % updates of existing orders, concentrated on the newest 2 % of ids (status changes of
-  recent orders);
+- 75 % updates of existing orders: with ``recent``, concentrated on the newest 2 % of ids (status
+  changes of recent orders); with ``uniform``, spread uniformly over all live ids (the worst case
+  for copy-on-write: every data file may hold a changed key);
 - 20 % inserts at new ids (above the largest);
-- 5 % deletes of recent orders;
+- 5 % deletes of existing orders (recent or uniform, as the updates);
 
 and measures, on the same Spark session (local[2]), the current-state refresh of that window:
 
@@ -20,8 +22,10 @@ and measures, on the same Spark session (local[2]), the current-state refresh of
 - Delta MERGE and Iceberg MERGE: ``state_merge.merge_windows`` (affected keys, their rows read
   with a key filter, the same fold over them, one table commit).
 
-Every repetition is a new window on the tables the previous one left, and checks that the three
-states have the same row count and the same rows for the window's keys. A first, unmeasured
+Each table commit reports the data files it rewrote (of those the table had) and the bytes of
+the data files it added. Every repetition is a new window on the tables the previous one left (the
+distributions one after the other, on the same tables), and checks that the three states have the
+same row count and the same rows for the window's keys. A first, unmeasured
 window on the smallest size warms up the JVM and Spark's Python workers. Figures are medians;
 each size's ratio to the smallest size says how each path scales with the table (MERGE should
 stay flat: its work follows the window, not the table).
@@ -65,6 +69,7 @@ LAYOUT = EventLayout(COLUMNS, ("id",), SOURCE_BLOCK)
 STATUSES = ("new", "paid", "packed", "shipped", "delivered", "cancelled")
 UPDATES, INSERTS = 0.75, 0.20  # the rest are deletes
 RECENT = 0.02  # updates and deletes hit the newest 2 % of ids
+DISTRIBUTIONS = ("recent", "uniform")
 
 
 def orders(ids: np.ndarray, status: str | None = None, seed: int = 0) -> pa.Table:
@@ -99,6 +104,7 @@ class Workload:
 
     def __init__(self, rows: int, changes: int, seed: int):
         self.next_id, self.changes = rows, changes
+        self.distribution = "recent"
         self.deleted: set[int] = set()
         self.rng = np.random.default_rng(seed)
 
@@ -106,8 +112,10 @@ class Workload:
         """One window's events (and the ids it touches)."""
         updates, inserts = int(self.changes * UPDATES), int(self.changes * INSERTS)
         deletes = self.changes - updates - inserts
-        # The newest 2 % of ids (at least twice the keys needed, for small tables).
+        # The newest 2 % of ids (at least twice the keys needed, for small tables), or all of them.
         recent_from = max(0, self.next_id - max(int(self.next_id * RECENT), 2 * (updates + deletes)))
+        if self.distribution == "uniform":
+            recent_from = 0
         candidates = np.setdiff1d(np.arange(recent_from, self.next_id), np.fromiter(self.deleted, np.int64))
         touched = self.rng.choice(candidates, updates + deletes, replace=False)
         updated, removed = np.sort(touched[:updates]), np.sort(touched[updates:])
@@ -162,12 +170,22 @@ def full_rewrite(spark, events, base_dir: Path, out_dir: Path) -> float:
     return time.perf_counter() - started
 
 
+def file_sizes(state) -> dict[str, int]:
+    """{data file: bytes} of the state table's current version."""
+    if isinstance(state, DeltaStateTable):
+        actions = pa.table(state._table().get_add_actions(flatten=True))
+        return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
+    return {t.file.file_path: t.file.file_size_in_bytes for t in state._table().scan().plan_files()}
+
+
 def keyed_rows(table: pa.Table, ids: np.ndarray) -> list[tuple]:
     picked = plain_types(table).filter(pc.is_in(table.column("id"), pa.array(ids, pa.int64())))
     return sorted(tuple(sorted(r.items())) for r in picked.to_pylist())
 
 
-def measure(spark, rows: int, args, work: Path, windows: int, first_seq: int = 2) -> dict[str, list[float]]:
+def measure(
+    spark, rows: int, args, work: Path, windows: int, distributions: tuple[str, ...], first_seq: int = 2
+) -> dict[str, dict[str, list[float]]]:
     directory = work / f"n{rows}"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -193,37 +211,58 @@ def measure(spark, rows: int, args, work: Path, windows: int, first_seq: int = 2
         flush=True,
     )
     workload = Workload(rows, args.changes, seed=rows)
-    times: dict[str, list[float]] = {"full": [], "delta": [], "iceberg": [], "delta_files": [], "iceberg_files": []}
-    for seq in range(first_seq, first_seq + windows):
-        events_table, touched = workload.window(seq)
-        events_dir = directory / "events" / f"window={seq:010d}"
-        events_dir.mkdir(parents=True)
-        pq.write_table(events_table, events_dir / "part-0.parquet")
-        events = spark.read.parquet(str(events_dir))
-        out_dir = directory / "parquet" / f"version={seq}"
-        times["full"].append(full_rewrite(spark, events, base_dir, out_dir))
-        base_dir = out_dir
-        for name, state in (("delta", delta), ("iceberg", iceberg)):
-            started = time.perf_counter()
-            result = merge_windows(spark, events, state, tag=tag(seq), keys=["id"])
-            times[name].append(time.perf_counter() - started)
-            assert result.action == "merged", result
-            times[f"{name}_files"].append(result.commit.files_removed)
-        # The three states agree: same row count, same rows for the window's keys.
-        expected = spark.read.parquet(str(base_dir))
-        count = expected.count()
-        wanted = keyed_rows(plain_types(expected.filter(expected.id.isin(touched.tolist())).toArrow()), touched)
-        for name, state in (("delta", delta), ("iceberg", iceberg)):
-            current = state.read_version()
-            assert len(current) == count, f"{name}: {len(current)} rows, the rewrite has {count}"
-            assert keyed_rows(state.read_keys(["id"], pa.table({"id": pa.array(touched)})), touched) == wanted, name
-        print(
-            f"  window {seq}: full {times['full'][-1]:.2f}s, delta {times['delta'][-1]:.2f}s, "
-            f"iceberg {times['iceberg'][-1]:.2f}s",
-            flush=True,
-        )
-    times["files"] = [files["delta"], files["iceberg"]]
-    return times
+    results: dict[str, dict[str, list[float]]] = {}
+    seq = first_seq
+    for distribution in distributions:
+        workload.distribution = distribution
+        results[distribution] = times = {k: [] for k in METRICS}
+        for _ in range(windows):
+            _window(spark, workload, seq, directory, base_dir, delta, iceberg, times)
+            base_dir = directory / "parquet" / f"version={seq}"
+            print(
+                f"  {distribution} window {seq}: full {times['full'][-1]:.2f}s, delta {times['delta'][-1]:.2f}s "
+                f"({times['delta_files'][-1]:.0f}/{times['delta_total'][-1]:.0f} files, "
+                f"{times['delta_mb'][-1]:.1f} MB), iceberg {times['iceberg'][-1]:.2f}s "
+                f"({times['iceberg_files'][-1]:.0f}/{times['iceberg_total'][-1]:.0f} files, "
+                f"{times['iceberg_mb'][-1]:.1f} MB)",
+                flush=True,
+            )
+            seq += 1
+    return results
+
+
+# Per window: seconds of each path; per format, files rewritten, files before, MB of files added.
+METRICS = ("full", "delta", "iceberg", *(f"{f}_{m}" for f in ("delta", "iceberg") for m in ("files", "total", "mb")))
+
+
+def _window(spark, workload: Workload, seq: int, directory: Path, base_dir: Path, delta, iceberg, times) -> None:
+    """One window applied three ways (measured), then the three states compared."""
+    events_table, touched = workload.window(seq)
+    events_dir = directory / "events" / f"window={seq:010d}"
+    events_dir.mkdir(parents=True)
+    pq.write_table(events_table, events_dir / "part-0.parquet")
+    events = spark.read.parquet(str(events_dir))
+    out_dir = directory / "parquet" / f"version={seq}"
+    times["full"].append(full_rewrite(spark, events, base_dir, out_dir))
+    base_dir = out_dir
+    for name, state in (("delta", delta), ("iceberg", iceberg)):
+        before = file_sizes(state)
+        started = time.perf_counter()
+        result = merge_windows(spark, events, state, tag=tag(seq), keys=["id"])
+        times[name].append(time.perf_counter() - started)
+        assert result.action == "merged", result
+        after = file_sizes(state)
+        times[f"{name}_files"].append(len(set(before) - set(after)))
+        times[f"{name}_total"].append(len(before))
+        times[f"{name}_mb"].append(sum(size for path, size in after.items() if path not in before) / 1e6)
+    # The three states agree: same row count, same rows for the window's keys.
+    expected = spark.read.parquet(str(base_dir))
+    count = expected.count()
+    wanted = keyed_rows(plain_types(expected.filter(expected.id.isin(touched.tolist())).toArrow()), touched)
+    for name, state in (("delta", delta), ("iceberg", iceberg)):
+        current = state.read_version()
+        assert len(current) == count, f"{name}: {len(current)} rows, the rewrite has {count}"
+        assert keyed_rows(state.read_keys(["id"], pa.table({"id": pa.array(touched)})), touched) == wanted, name
 
 
 def main() -> int:
@@ -232,6 +271,9 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=1000, help="changes in the window")
     parser.add_argument("--repeat", type=int, default=2, help="windows measured per size")
     parser.add_argument("--file-mb", type=float, default=8.0, help="target data file size (MiB, Arrow bytes)")
+    parser.add_argument(
+        "--distribution", nargs="+", choices=DISTRIBUTIONS, default=list(DISTRIBUTIONS), help="key spread of a window"
+    )
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--work", help="scratch directory (default: a temporary one, removed after)")
     args = parser.parse_args()
@@ -244,47 +286,54 @@ def main() -> int:
     spark = get_or_create_session(SparkOptions(master="local[2]", conf={"spark.driver.memory": args.driver_memory}))
     print(f"SparkSession start (local[2]): {time.perf_counter() - started:.1f}s", flush=True)
     sizes = sorted(args.rows)
+    distributions = tuple(args.distribution)
     results = {}
     try:
         print("warm-up (not measured):", flush=True)
-        measure(spark, min(10_000, sizes[0]), args, work / "warmup", windows=1)
+        measure(spark, min(10_000, sizes[0]), args, work / "warmup", windows=1, distributions=distributions[:1])
         for rows in sizes:
             print(f"size {rows:,}:", flush=True)
-            results[rows] = measure(spark, rows, args, work, windows=args.repeat)
+            results[rows] = measure(spark, rows, args, work, windows=args.repeat, distributions=distributions)
     finally:
         spark.stop()
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+    for distribution in distributions:
+        report(args, sizes, distribution, {n: r[distribution] for n, r in results.items()})
+    return 0
 
+
+def report(args, sizes: list[int], distribution: str, results: dict[int, dict[str, list[float]]]) -> None:
     updates, inserts = int(args.changes * UPDATES), int(args.changes * INSERTS)
+    spread = f"on the newest {RECENT:.0%} of ids" if distribution == "recent" else "uniformly over all ids"
     print()
     print(
-        f"window: {args.changes:,} changes = {updates:,} updates on the newest {RECENT:.0%} of ids, "
-        f"{inserts:,} inserts at new ids, {args.changes - updates - inserts:,} deletes of recent ids; "
+        f"{distribution} window: {args.changes:,} changes = {updates:,} updates {spread}, "
+        f"{inserts:,} inserts at new ids, {args.changes - updates - inserts:,} deletes (as the updates); "
         f"files of ~{args.file_mb:g} MiB (Arrow bytes), sorted by id; medians of {args.repeat} window(s)"
     )
     print()
     print(
         "| state rows | full rewrite s | Delta MERGE s | Iceberg MERGE s | Delta files rewritten / total "
-        "| Iceberg files rewritten / total |"
+        "| Iceberg files rewritten / total | Delta MB written | Iceberg MB written |"
     )
-    print("|---|---|---|---|---|---|")
-    med = {n: {k: statistics.median(v) for k, v in r.items() if k != "files"} for n, r in results.items()}
+    print("|---|---|---|---|---|---|---|---|")
+    med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in results.items()}
     for n in sizes:
-        m, files = med[n], results[n]["files"]
+        m = med[n]
         print(
             f"| {n:,} | {m['full']:.2f} | {m['delta']:.2f} | {m['iceberg']:.2f} "
-            f"| {m['delta_files']:.0f} / {files[0]} | {m['iceberg_files']:.0f} / {files[1]} |"
+            f"| {m['delta_files']:.0f} / {m['delta_total']:.0f} | {m['iceberg_files']:.0f} / {m['iceberg_total']:.0f} "
+            f"| {m['delta_mb']:.1f} | {m['iceberg_mb']:.1f} |"
         )
     print()
     smallest = sizes[0]
     for n in sizes[1:]:
         for key, label in (("full", "full rewrite"), ("delta", "Delta MERGE"), ("iceberg", "Iceberg MERGE")):
-            print(f"ratio {label} {n:,}/{smallest:,}: {med[n][key] / med[smallest][key]:.3g}")
+            print(f"{distribution}: ratio {label} {n:,}/{smallest:,}: {med[n][key] / med[smallest][key]:.3g}")
     for n in sizes:
-        print(f"ratio full rewrite/Delta MERGE at {n:,}: {med[n]['full'] / med[n]['delta']:.3g}")
-        print(f"ratio full rewrite/Iceberg MERGE at {n:,}: {med[n]['full'] / med[n]['iceberg']:.3g}")
-    return 0
+        print(f"{distribution}: ratio full rewrite/Delta MERGE at {n:,}: {med[n]['full'] / med[n]['delta']:.3g}")
+        print(f"{distribution}: ratio full rewrite/Iceberg MERGE at {n:,}: {med[n]['full'] / med[n]['iceberg']:.3g}")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,23 @@
 """Stream-window throughput against the slot's raw decode rate, measured in the same run.
 
-    .venv/bin/python bench/stream_window.py --changes 200000 --repeat 3
+    .venv/bin/python bench/stream_window.py --changes 200000 --repeat 3 --workload mixed
 
-Builds a backlog of N changes (60 % insert, 30 % update, 10 % delete, transactions of about 100
-changes) on a realistic table in a throwaway PostgreSQL 15, then measures, on that same backlog:
+Builds a backlog of N changes (``mixed``: 60 % insert, 30 % update, 10 % delete, transactions of
+about 100 changes; ``one-transaction``: one UPDATE of N rows) on a realistic table in a
+throwaway PostgreSQL 15, then measures, on that same backlog:
 
 - limit: ``SELECT count(*) FROM pg_logical_slot_peek_binary_changes(...)``: the server decoding
   the backlog with pgoutput and nothing else;
 - protocol ceiling: PostgreSQL's own C client ``pg_recvlogical`` streaming the same window over
   the replication protocol into /dev/null (on a copy of the slot): what any streaming client
   can reach, because the walsender sends and flushes every change as its own message;
-- window: the capture job reading that window end to end (slot → decoded events → committed
-  Parquet with the transaction side table, local sink, no Spark).
+- window (stream), window (sql): the capture job reading that window end to end (slot → decoded
+  events → committed Parquet with the transaction side table, local sink, no Spark) with each
+  ``window_reader``, each run in its own subprocess so its CPU time and peak RSS are its own;
+  for the SQL reader also the server's temporary-file bytes (``pg_stat_database.temp_bytes``).
 
 The job never acknowledges the slot, so every repetition reads the same backlog. Figures are
-medians; the ratio window/limit is what to compare across machines.
+medians; the ratios are what to compare across machines.
 """
 
 from __future__ import annotations
@@ -57,14 +60,99 @@ def recvlogical_seconds(cluster, target: int) -> float | None:
             conn.execute("SELECT pg_drop_replication_slot('bench_probe')")
 
 
-def _profiler(path: str | None):
-    if path is None:
-        return None
-    from pyinstrument import Profiler
+class _Profile:
+    """cProfile of one window, its top functions printed to stderr and its stats saved to a file."""
 
-    profiler = Profiler(interval=0.001)
-    profiler.start()
-    return profiler
+    def __init__(self, path: str):
+        import cProfile
+
+        self.path = path
+        self.profiler = cProfile.Profile()
+        self.profiler.enable()
+
+    def stop(self) -> None:
+        import pstats
+
+        self.profiler.disable()
+        self.profiler.dump_stats(self.path)
+        pstats.Stats(self.profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+
+
+def run_child(spec_file: str, profile: str | None) -> int:
+    """One window in this process (``--child``): prints its seconds, CPU seconds and peak RSS as JSON."""
+    import json
+    import os
+    from dataclasses import replace
+
+    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
+
+    spec = PostgresJobSpec.from_json(Path(spec_file).read_text(encoding="utf-8"))
+    spec = replace(spec, connection=spec.connection.with_password_from_env())
+    if os.environ.get("BENCH_PREFETCH"):
+        from airflow_provider_cdc.cdc.sources.postgres import sql_window
+
+        sql_window.PREFETCH_BATCHES = int(os.environ["BENCH_PREFETCH"])
+    if os.environ.get("BENCH_BATCH_BYTES"):
+        from airflow_provider_cdc.cdc.sources.postgres import sql_window
+
+        sql_window.BATCH_SIZE_HINT_BYTES = int(os.environ["BENCH_BATCH_BYTES"])
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # A first window warms the process (lazy imports compile ~3 s of modules): the second is measured.
+    run_job(replace(spec, sink_path=spec.sink_path + "-warm"), spark_provider=lambda: None)
+    shutil.rmtree(spec.sink_path + "-warm", ignore_errors=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    profiler = _Profile(profile) if profile else None
+    started = time.perf_counter()
+    entry = run_job(spec, spark_provider=lambda: (_ for _ in ()).throw(AssertionError("no Spark")))
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    if profiler is not None:
+        profiler.stop()
+    events = sum(d.events for d in entry.datasets if d.topic != "bench.transaction")
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu": cpu,
+                "rss": after.ru_maxrss / 1024,
+                "rss_before": rss_before,
+                "events": events,
+                "spark": "pyspark" in sys.modules,
+            }
+        )
+    )
+    return 0
+
+
+def window_in_subprocess(spec, reader: str, profile: str | None = None) -> dict:
+    """The window of ``spec`` read with ``reader`` in a fresh interpreter (its own CPU and RSS)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+    from dataclasses import replace
+
+    spec = replace(spec, options=replace(spec.options, window_reader=reader))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        handle.write(spec.to_json())
+    try:
+        command = [sys.executable, __file__, "--child", handle.name, *(["--profile", profile] if profile else [])]
+        env = {**os.environ, spec.connection.password_env: spec.connection.password or ""}
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the {reader} window failed:\n{done.stderr[-4000:]}")
+    finally:
+        os.unlink(handle.name)
+    if profile:
+        print(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def temp_bytes(cluster) -> int:
+    with cluster.connect("bench") as conn:
+        return int(conn.execute("SELECT temp_bytes FROM pg_stat_database WHERE datname = 'bench'").fetchone()[0])
 
 
 def main() -> int:
@@ -72,7 +160,11 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=100_000, help="max_changes_per_chunk")
-    parser.add_argument("--profile", metavar="HTML", help="profile the last window with pyinstrument into this file")
+    parser.add_argument(
+        "--profile", metavar="HTML", help="profile the last SQL window with pyinstrument into this file"
+    )
+    parser.add_argument("--readers", default="stream,sql", help="window readers to measure, comma-separated")
+    parser.add_argument("--child", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument(
         "--workload",
         choices=["mixed", "one-transaction"],
@@ -80,14 +172,16 @@ def main() -> int:
         help="mixed: transactions of ~100 changes; one-transaction: a single UPDATE of N rows",
     )
     args = parser.parse_args()
+    if args.child:
+        return run_child(args.child, args.profile)
 
     import workload
 
     from airflow_provider_cdc.cdc.sources.postgres import admin
-    from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
     from airflow_provider_cdc.cdc.window import Window
 
+    readers = [r for r in args.readers.split(",") if r]
     with workload.bench_cluster() as (cluster, work):
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
@@ -106,11 +200,13 @@ def main() -> int:
                 workload.build_backlog(conn, args.changes)
             target = admin.current_lsn(conn)
             print(
-                f"backlog: {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of WAL, "
-                f"built in {time.monotonic() - started:.1f}s"
+                f"backlog ({args.workload}): {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of "
+                f"WAL, built in {time.monotonic() - started:.1f}s"
             )
-        limits, ceilings, windows = [], [], []
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        limits: list[float] = []
+        ceilings: list[float] = []
+        runs: dict[str, list[dict]] = {reader: [] for reader in readers}
+        temps: list[int] = []
         for attempt in range(args.repeat):
             with cluster.connect("bench") as conn:
                 t0 = time.perf_counter()
@@ -123,38 +219,59 @@ def main() -> int:
             ceiling = recvlogical_seconds(cluster, target)
             if ceiling is not None:
                 ceilings.append(ceiling)
-            sink = work / f"lake{attempt}"
-            window = Window(1, "stream", status.confirmed_flush_lsn, target, 1)
-            spec = workload.job_spec(cluster, window, sink, max_changes_per_chunk=args.chunk)
-            profiler = _profiler(args.profile if attempt == args.repeat - 1 else None)
-            t0 = time.perf_counter()
-            entry = run_job(spec, spark_provider=lambda: (_ for _ in ()).throw(AssertionError("no Spark")))
-            windows.append(time.perf_counter() - t0)
-            if profiler is not None:
-                profiler.stop()
-                Path(args.profile).write_text(profiler.output_html())
-                print(profiler.output_text(unicode=False, color=False, show_all=False))
-            events = sum(d.events for d in entry.datasets if d.topic != "bench.transaction")
-            assert events == args.changes, (events, args.changes)
-            shutil.rmtree(sink)
-        limit, window = statistics.median(limits), statistics.median(windows)
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"driver RSS before the first window: {rss_before:.0f} MiB")
-        runs = workload.rounded
-        print(f"runs (s): peek {runs(limits)}, pg_recvlogical {runs(ceilings)}, window {runs(windows)}")
-        print(f"raw decode rows (peek): {rows}")
-        ceiling = statistics.median(ceilings) if ceilings else None
-        measures = [("limit: peek count(*)", limit)]
-        if ceiling is not None:
-            measures.append(("protocol ceiling: pg_recvlogical → /dev/null", ceiling))
-        workload.print_table("changes", args.changes, [*measures, ("window end to end", window)])
-        print(f"ratio window/limit: {limit / window:.3g} (1.0 = as fast as the server's own decode)")
-        if ceiling is not None:
-            print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
-            print(f"ratio window/pg_recvlogical: {ceiling / window:.3g}")
-        print(f"SparkSession started by the window: {'pyspark' in sys.modules} (local sinks are written with Arrow)")
-        print(f"driver peak RSS: {peak_mb:.0f} MiB (chunk {args.chunk})")
+            for reader in readers:
+                sink = work / f"lake-{reader}-{attempt}"
+                window = Window(1, "stream", status.confirmed_flush_lsn, target, 1)
+                spec = workload.job_spec(cluster, window, sink, max_changes_per_chunk=args.chunk)
+                profile = args.profile if attempt == args.repeat - 1 and reader == "sql" else None
+                before = temp_bytes(cluster)
+                result = window_in_subprocess(spec, reader, profile)
+                if reader == "sql":
+                    # The reader's backends flushed their stats at exit; two windows: the warm-up and the measured.
+                    temps.append((temp_bytes(cluster) - before) // 2)
+                assert result["events"] == args.changes, (result["events"], args.changes)
+                assert not result["spark"]
+                runs[reader].append(result)
+                shutil.rmtree(sink)
+        report(args, rows, limits, ceilings, runs, temps)
     return 0
+
+
+def report(args, rows: int, limits: list[float], ceilings: list[float], runs: dict, temps: list[int]) -> None:
+    import workload
+
+    limit = statistics.median(limits)
+    ceiling = statistics.median(ceilings) if ceilings else None
+    print(f"runs (s): peek {workload.rounded(limits)}, pg_recvlogical {workload.rounded(ceilings)}", end="")
+    for reader, results in runs.items():
+        print(f", window[{reader}] {workload.rounded([r['seconds'] for r in results])}", end="")
+    print(f"\nraw decode rows (peek): {rows}")
+    measures = [("limit: peek count(*)", limit)]
+    if ceiling is not None:
+        measures.append(("protocol ceiling: pg_recvlogical → /dev/null", ceiling))
+    for reader, results in runs.items():
+        measures.append(
+            (f"window end to end, window_reader={reader!r}", statistics.median(r["seconds"] for r in results))
+        )
+    workload.print_table("changes", args.changes, measures)
+    for reader, results in runs.items():
+        window = statistics.median(r["seconds"] for r in results)
+        cpu = statistics.median(r["cpu"] for r in results)
+        rss = max(r["rss"] for r in results)
+        base = min(r["rss_before"] for r in results)
+        line = f"{reader}: window/peek {limit / window:.3g}"
+        if ceiling is not None:
+            line += f", window vs pg_recvlogical {ceiling / window:.3g}x"
+        line += f", client CPU {cpu * 1e6 / args.changes:.2f} µs/change ({cpu / window:.2f} cores)"
+        line += f", peak RSS {rss:.0f} MiB (imported: {base:.0f} MiB; chunk {args.chunk})"
+        print(line)
+    if temps:
+        print(
+            f"sql: server temporary files per window: {statistics.median(temps) / 1e6:.1f} MB "
+            f"({statistics.median(temps) / args.changes:.0f} bytes/change)"
+        )
+    if ceiling is not None:
+        print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
 
 
 if __name__ == "__main__":

@@ -328,6 +328,7 @@ class Capture(ABC):
             snapshot_partition_bytes=self.snapshot_partition_bytes,
             snapshot_max_partitions=self.snapshot_max_partitions,
             idle_timeout_seconds=getattr(self, "idle_timeout_seconds", 300.0),
+            window_reader=getattr(self, "window_reader", "auto"),
             incremental_chunk_size=self.incremental_chunk_size,
             incremental_chunks_per_run=self.incremental_chunks_per_run,
             sink_format=self.sink_format,

@@ -58,6 +58,8 @@ class PostgresCapture(Capture):
     publication_name: str | None = None
     publication_autocreate_mode: str = "filtered"
     idle_timeout_seconds: float = 300.0
+    # How a stream window is read: "auto" (the SQL functions up to a size, else streaming), "sql", "stream".
+    window_reader: str = "auto"
     # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
     slot_release_timeout_seconds: float = 30.0
     hstore_handling_mode: str = "json"

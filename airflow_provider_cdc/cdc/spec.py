@@ -34,6 +34,8 @@ class CaptureOptions:
     snapshot_partition_bytes: int = 256 * 1024 * 1024
     snapshot_max_partitions: int = 64
     idle_timeout_seconds: float = 300.0
+    # How a PostgreSQL stream window is read: auto | sql | stream (sources/postgres/sql_window.py).
+    window_reader: str = "auto"
     incremental_chunk_size: int = 50_000
     incremental_chunks_per_run: int = 20
     sink_format: str = "parquet"  # parquet | iceberg | delta (cdc/sinks/formats.py)
@@ -52,6 +54,8 @@ class CaptureOptions:
         from airflow_provider_cdc.cdc.sinks.formats import check_sink_format
 
         check_sink_format(self.sink_format)
+        if self.window_reader not in ("auto", "sql", "stream"):
+            raise CdcConfigurationError(f"window_reader must be 'auto', 'sql' or 'stream', got {self.window_reader!r}")
         for name, minimum, unit in (
             ("max_changes_per_chunk", 1, ""),
             ("incremental_chunk_size", 1, ""),
@@ -207,6 +211,8 @@ class StateJobSpec:
     table_catalog_secret_property: str | None = None  # as in CaptureOptions
     table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
     object_store: ObjectStoreAccess | None = None  # as in CaptureOptions
+    # "spark", "arrow" (no JVM: state_arrow) or "auto" (Arrow for a small refresh, see state_arrow).
+    state_engine: str = "spark"
 
     job = "current_state"
 
@@ -223,6 +229,10 @@ class StateJobSpec:
         validate_topic_prefix(self.topic_prefix)
         if not self.topics:
             raise CdcConfigurationError("no tables to build state for")
+        if self.state_engine not in ("auto", "arrow", "spark"):
+            raise CdcConfigurationError(
+                f"state_engine must be 'auto', 'arrow' or 'spark', not {self.state_engine!r}"
+            )
 
     def to_json(self) -> str:
         return json.dumps(
@@ -239,6 +249,7 @@ class StateJobSpec:
                 **({"table_catalog": dict(self.table_catalog)} if self.table_catalog else {}),
                 **({"table_catalog_secret_property": p} if (p := self.table_catalog_secret_property) else {}),
                 **({"object_store": self.object_store.to_dict()} if self.object_store is not None else {}),
+                **({"state_engine": self.state_engine} if self.state_engine != "spark" else {}),
             },
             sort_keys=True,
             indent=1,
@@ -263,6 +274,7 @@ class StateJobSpec:
                 os.environ.get(CATALOG_SECRET_ENV) if data.get("table_catalog_secret_property") else None
             ),
             object_store=ObjectStoreAccess.from_env_dict(data["object_store"]) if data.get("object_store") else None,
+            state_engine=data.get("state_engine", "spark"),
         )
 
 

@@ -106,13 +106,16 @@ def apply_windows(
     as_of_seq: int | None = None,
     table_catalog: dict[str, str] | None = None,
     force_rebuild: bool = False,
+    engine: str = "spark",
 ) -> StateResult:
     """Bring the state table of ``topic`` up to ``as_of_seq`` (default: the last committed window).
 
     ``force_rebuild``: fold ``as_of_seq``'s state from the events into a rebuilt version whatever
-    the current one is (lake-format sinks keep their current state in a table, not here)."""
-    sink = storage_for(sink_path, lambda: spark)
-    state = storage_for(state_path, lambda: spark)
+    the current one is (lake-format sinks keep their current state in a table, not here).
+    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :mod:`.state_arrow`)."""
+    provider = None if engine == "arrow" else (lambda: spark)
+    sink = storage_for(sink_path, provider)
+    state = storage_for(state_path, provider)
     entries = committed = CommitLog(sink, topic_prefix).committed()
     if as_of_seq is not None:
         if as_of_seq not in {e.window.seq for e in entries}:
@@ -135,26 +138,39 @@ def apply_windows(
     if last_snapshot is not None:
         base = None  # a snapshot window is a complete image: earlier state does not matter
         pending = [e for e in pending if e.window.seq >= last_snapshot]
-    events = read_windows_spark(
-        spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
-    )
-    base_frame = spark_files.read_parquet(spark, [state.uri(base.path)]) if base is not None else None
-    folded = fold(spark, events, base_frame)
+    if engine == "arrow":
+        from airflow_provider_cdc.cdc import state_arrow, state_fold_arrow
+
+        events = state_arrow.read_windows_arrow(
+            sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
+        )
+        base_frame = state_arrow.read_parquet_arrow([state.uri(base.path)]) if base is not None else None
+        folded = state_fold_arrow.fold(events, base_frame)
+    else:
+        events = read_windows_spark(
+            spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
+        )
+        base_frame = spark_files.read_parquet(spark, [state.uri(base.path)]) if base is not None else None
+        folded = fold(spark, events, base_frame)
     if folded is None:
         folded = base_frame
     attempt = uuid.uuid4().hex[:12]
     rel = f"{topic.directory}/version={target.window_id}-{attempt}"
     if folded is None:
         return StateResult(topic.name, None, tuple(e.window_id for e in pending), "empty")
-    rows = _write_version(spark, folded, state.uri(rel))
+    if engine == "arrow":
+        rows = state_arrow.write_version_arrow(folded, state.uri(rel))
+    else:
+        rows = _write_version(spark, folded, state.uri(rel))
     version = StateVersion(target.seq, target.window_id, rel, rows, rebuild, int(time.time() * 1000))
     state_log.append(version)
     log.info(
-        "state of %s at window %s: %d rows (%s)",
+        "state of %s at window %s: %d rows (%s, %s)",
         topic.name,
         target.window_id,
         rows,
         "rebuilt" if rebuild else "applied",
+        engine,
     )
     return StateResult(topic.name, version, tuple(e.window_id for e in pending), "rebuilt" if rebuild else "applied")
 
@@ -439,13 +455,25 @@ def run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
 
 def _run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
     from airflow_provider_cdc.cdc.sinks.reader import check_entry_formats
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.state_arrow import ARROW, choose_engine
 
-    spark = spark_provider() if spark_provider is not None else get_or_create_session(spec.spark)
+    engine, size = choose_engine(spec)
+    if engine == ARROW:
+        if not _arrow_opens(spec):
+            raise CdcConfigurationError(
+                f"state_engine='arrow' reads and writes local paths and object stores only, not "
+                f"{spec.sink_path!r} / {spec.state_path!r}: use state_engine='spark' (or 'auto') for Hadoop URIs"
+            )
+        spark = None
+    else:
+        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+
+        spark = spark_provider() if spark_provider is not None else get_or_create_session(spec.spark)
+    log.info("current-state engine: %s%s", engine, f" ({size})" if size is not None else "")
     ensure_private_root(spec.state_path)  # a local state path's root, before anything lands in it: 0700
     # The tables are of the capture's own format, never one a (forgeable) log entry names.
     check_entry_formats(
-        CommitLog(storage_for(spec.sink_path, lambda: spark), spec.topic_prefix).committed(),
+        CommitLog(storage_for(spec.sink_path, None if spark is None else lambda: spark), spec.topic_prefix).committed(),
         spec.sink_format,
         spec.topic_prefix,
     )
@@ -463,8 +491,9 @@ def _run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
                 sink_format=spec.sink_format,
                 as_of_seq=spec.as_of_seq,
                 table_catalog=spec.catalog_properties(),
+                engine=engine,
             )
-            results.append(result.to_dict())
+            results.append({**result.to_dict(), "engine": engine})
             continue
         result = apply_windows(
             spark,
@@ -474,6 +503,13 @@ def _run_state_job(spec: Any, spark_provider: Any = None) -> list[dict]:
             state_path=spec.state_path,
             as_of_seq=spec.as_of_seq,
             table_catalog=spec.catalog_properties(),
+            engine=engine,
         )
-        results.append(result.to_dict())
+        results.append({**result.to_dict(), "engine": engine})
     return results
+
+
+def _arrow_opens(spec: Any) -> bool:
+    from airflow_provider_cdc.cdc.state_arrow import _arrow_opens as opens
+
+    return opens(spec.sink_path) and opens(spec.state_path)

@@ -60,11 +60,14 @@ def apply_windows_by_merge(
     sink_format: str,
     as_of_seq: int | None = None,
     table_catalog: dict[str, str] | None = None,
+    engine: str = "spark",
 ) -> StateResult:
-    """Bring the state table of ``topic`` up to the last committed window, or answer ``as_of_seq``."""
+    """Bring the state table of ``topic`` up to the last committed window, or answer ``as_of_seq``.
+    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :func:`.state_arrow.merge_windows_arrow`)."""
     from airflow_provider_cdc.cdc.state_merge import merge_windows
 
-    committed = CommitLog(storage_for(sink_path, lambda: spark), topic_prefix).committed()
+    provider = None if engine == "arrow" else (lambda: spark)
+    committed = CommitLog(storage_for(sink_path, provider), topic_prefix).committed()
     seqs = {e.window.seq for e in committed}
     if as_of_seq is not None and as_of_seq not in seqs:
         raise CdcConfigurationError(f"window {as_of_seq} of capture {topic_prefix!r} is not committed")
@@ -72,7 +75,7 @@ def apply_windows_by_merge(
         return StateResult(topic.name, None, (), "empty")
     state = state_table(sink_format, state_path, topic_prefix, topic, table_catalog)
     if as_of_seq is not None and as_of_seq < committed[-1].window.seq:
-        return _as_of(spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, table_catalog)
+        return _as_of(spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, table_catalog, engine)
     target = committed[-1]
     held = state.current_window_seq() if state.exists() else None
     if held is not None and held >= target.window.seq:
@@ -81,9 +84,16 @@ def apply_windows_by_merge(
     last_snapshot = max((e.window.seq for e in pending if e.window.kind == "snapshot"), default=None)
     if last_snapshot is not None:
         pending = [e for e in pending if e.window.seq >= last_snapshot]
-    events = read_windows_spark(
-        spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
-    )
+    if engine == "arrow":
+        from airflow_provider_cdc.cdc.state_arrow import read_windows_arrow
+
+        events = read_windows_arrow(
+            sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
+        )
+    else:
+        events = read_windows_spark(
+            spark, sink_path, topic_prefix, topic.name, committed, pending, table_catalog=table_catalog
+        )
     window = target.window
     tag = WindowTag(
         topic_prefix=topic_prefix,
@@ -94,7 +104,12 @@ def apply_windows_by_merge(
         to_position=None if window.to_lsn is None else str(window.to_lsn),
         attempt=uuid.uuid4().hex[:16],
     )
-    merged = merge_windows(spark, events, state, tag=tag, snapshot_seq=last_snapshot)
+    if engine == "arrow":
+        from airflow_provider_cdc.cdc.state_arrow import merge_windows_arrow
+
+        merged = merge_windows_arrow(events, state, tag=tag, snapshot_seq=last_snapshot)
+    else:
+        merged = merge_windows(spark, events, state, tag=tag, snapshot_seq=last_snapshot)
     if merged.action == "empty" and not state.exists():
         return StateResult(topic.name, None, tuple(e.window_id for e in pending), "empty")
     detail = {k: v for k, v in merged.to_dict().items() if k not in ("table", "window_seq")}
@@ -130,7 +145,9 @@ def read_state_table(
     return spark_files.read_parquet(spark, [storage_for(state_path, lambda: spark).uri(rebuilt.path)])
 
 
-def _as_of(spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, table_catalog) -> StateResult:
+def _as_of(
+    spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, table_catalog, engine="spark"
+) -> StateResult:
     exact = _exact_version(state, as_of_seq) if state.exists() else None
     if exact is not None:
         rows = state.read_version(exact).num_rows
@@ -147,6 +164,7 @@ def _as_of(spark, state, as_of_seq, sink_path, topic_prefix, topic, state_path, 
         as_of_seq=as_of_seq,
         table_catalog=table_catalog,
         force_rebuild=True,
+        engine=engine,
     )
 
 

@@ -779,6 +779,10 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         the outlets, which Airflow needs at parse)
     :param tables: subset of the capture's tables (default: all)
     :param as_of_window: a committed window id (e.g. ``"0000000042"``); templated
+    :param state_engine: ``"auto"`` (default: Arrow in the task's process when the refresh is
+        small, see docs/operators.md; Spark above), ``"arrow"`` (never a JVM: the fold in the
+        worker's memory) or ``"spark"`` (as before: embedded, or ``spark-submit`` with
+        ``spark_conn_id``)
     """
 
     template_fields: Sequence[str] = ("as_of_window",)
@@ -801,11 +805,14 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         state_path: str,
         tables: Sequence[str] | None = None,
         as_of_window: str | int | None = None,
+        state_engine: str = "auto",
         **kwargs: Any,
     ) -> None:
         from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
         from airflow_provider_cdc.operators.assets import state_outlets
 
+        if state_engine not in ("auto", "arrow", "spark"):  # checked at parse; no pyarrow import here
+            raise CdcConfigurationError(f"state_engine must be 'auto', 'arrow' or 'spark', not {state_engine!r}")
         # Fixed at parse, like sink_path: it names the outlets (no Jinja, relative path or '%').
         state_path = check_path_setting(state_path, "state_path")
         if isinstance(capture, Capture):
@@ -823,6 +830,7 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         if unknown:
             raise CdcConfigurationError(f"tables {unknown} are not captured by {capture.topic_prefix!r}")
         self.as_of_window = as_of_window
+        self.state_engine = state_engine
         self._ran = False  # see _WindowOperator: what this task object's run did, for its lineage
         self._state_results: list[dict[str, Any]] = []
 
@@ -861,9 +869,19 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             table_catalog_secret_property=options.table_catalog_secret_property,
             table_catalog_secret=options.table_catalog_secret,
             object_store=options.object_store,
+            state_engine=self.state_engine,
         )
+        # Decided here, before anything starts a JVM: an Arrow-sized refresh runs in this process
+        # (with spark_conn_id too: no spark-submit), a larger one in Spark as before.
+        from dataclasses import replace
+
+        from airflow_provider_cdc.cdc.state_arrow import ARROW, choose_engine
+
+        engine, size = choose_engine(spec)
+        self.log.info("current-state engine: %s%s", engine, "" if size is None else f" ({size})")
+        spec = replace(spec, state_engine=engine)
         with self._running():
-            if capture.spark_conn_id is None:
+            if capture.spark_conn_id is None or engine == ARROW:
                 from airflow_provider_cdc.cdc.state import run_state_job
 
                 results = run_state_job(spec)
@@ -884,6 +902,10 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
             self.log.info(
                 "%s: %s (window %s, %d rows)", result["topic"], result["action"], result["window_id"], result["rows"]
             )
+        if engine == ARROW:
+            import sys
+
+            self.log.info("folded on Arrow in the task's process (pyspark imported: %s)", "pyspark" in sys.modules)
         from airflow_provider_cdc.operators.assets import emit_state_events
 
         via_alias = self.tables is None and not capture.tables_known_at_parse

@@ -399,6 +399,9 @@ def test_run_type_matrix_under_the_scheduler(deployment, db15, tmp_path):
     assert sum(w["changes"] for w in windows if not w.get("replayed")) == made, windows
     assert airflow.states(example, manual)["snapshot"] == "skipped"
     assert [r["action"] for r in airflow.xcom(example, manual, "current_state")] in (["applied"] * 3, ["unchanged"] * 3)
+    # A few dozen changes: state_engine="auto" folds them on Arrow, no JVM in the task's process.
+    assert {r["engine"] for r in airflow.xcom(example, manual, "current_state")} == {"arrow"}
+    assert "(pyspark imported: False)" in airflow.log_text(example, manual, "current_state", 1)
     assert airflow.xcom(example, manual, "slot_health")["healthy"]
     airflow.pause(example)
 

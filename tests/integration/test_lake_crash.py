@@ -93,7 +93,7 @@ def test_stream_windows_killed_between_table_commits_lose_and_duplicate_nothing(
 
     # The current state by MERGE equals the source; as of an earlier window it is time travel.
     state_path = str(tmp_path / "state")
-    first = _state(capture, state_path)
+    first = _state(capture, state_path, state_engine="spark")  # then Arrow (auto, small) merges into it
     held = {r["topic"]: r["window_id"] for r in first}
     for table, keys in KEYS.items():
         assert_same_state(spark_rows(_read(capture, state_path, table), keys), capture.source.source_rows(table, keys))
@@ -102,6 +102,7 @@ def test_stream_windows_killed_between_table_commits_lose_and_duplicate_nothing(
     capture.catch_up()
     second = _state(capture, state_path)
     assert {r["action"] for r in second} == {"applied"} and all(r["merge"]["action"] for r in second)
+    assert {r["engine"] for r in first} == {"spark"} and {r["engine"] for r in second} == {"arrow"}
     for table, keys in KEYS.items():
         assert_same_state(spark_rows(_read(capture, state_path, table), keys), capture.source.source_rows(table, keys))
     window = int(held[f"lake.{next(iter(KEYS))}"])

@@ -288,7 +288,7 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
     ) as state_dag:
         # Mapped (issue 30, item 6): a mapped task runs as an unmapped one does.
         PostgresCdcCurrentStateOperator.partial(
-            task_id="state", capture=submitted, state_path=str(tmp_path / "state")
+            task_id="state", capture=submitted, state_path=str(tmp_path / "state"), state_engine="spark"
         ).expand(as_of_window=[""])
     af.register(state_dag)
     state = af.run(state_dag, 0, errors=errors)
@@ -310,6 +310,38 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
                 topic=Topic.for_table("shop", schema, name),
             )
             assert_same_state(spark_rows(frame, keys), source_rows(conn, table, keys))
+    _small_refresh_without_a_jvm(db, conn_id, tmp_path, spark)
+
+
+def _small_refresh_without_a_jvm(db, conn_id, tmp_path, spark) -> None:
+    """state_engine="auto" with spark_conn_id: a small refresh runs in the task's process on Arrow
+    (no spark-submit, pyspark never imported) and builds the state Spark built."""
+    import subprocess
+    import sys
+
+    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.state import read_state
+
+    script = f"""
+import json, sys
+from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcCurrentStateOperator
+capture = PostgresCapture(postgres_conn_id={conn_id!r}, topic_prefix="shop", sink_path={str(tmp_path)!r},
+    slot_name={db.slot!r}, publication_name={db.publication!r}, tables={list(shop.TABLES)!r},
+    spark_conn_id="spark_local")
+state = PostgresCdcCurrentStateOperator(task_id="state", capture=capture, state_path={str(tmp_path / "arrow")!r})
+engines = sorted({{r["engine"] for r in state.execute({{}})}})
+print("RESULT " + json.dumps({{"engines": engines, "pyspark": "pyspark" in sys.modules}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=os.environ, timeout=120)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, done.stdout[-2000:] + done.stderr[-4000:]
+    assert json.loads(line[len("RESULT ") :]) == {"engines": ["arrow"], "pyspark": False}
+    for table in KEYS:
+        topic = Topic.for_table("shop", *table.split("."))
+        by_spark = read_state(spark, state_path=str(tmp_path / "state"), topic_prefix="shop", topic=topic)
+        by_arrow = read_state(spark, state_path=str(tmp_path / "arrow"), topic_prefix="shop", topic=topic)
+        assert sorted(map(str, by_arrow.select(*by_spark.columns).collect())) == sorted(map(str, by_spark.collect()))
 
 
 def _kill_during_a_window(db, conn_id, sink, monkeypatch, spark, *, submitted: bool, timeout: bool = False) -> None:
@@ -330,9 +362,12 @@ def _kill_during_a_window(db, conn_id, sink, monkeypatch, spark, *, submitted: b
     pidfile = sink / f"stalled-{submitted}-{timeout}.pid"
     monkeypatch.setenv("CDC_TEST_STALL_PIDFILE", str(pidfile))
     original = faults.point
+    # The replication protocol holds the slot for the whole read (the SQL reader only while the
+    # server decodes; its kill: tests/integration/postgres/test_sql_window.py).
+    reader = {"window_reader": "stream"}
     if submitted:  # the job stalls in the spark-submit driver
         app = str(ROOT / "tests" / "support" / "stalled_cdc_job.py")
-        stalled = make_capture(db, conn_id, sink, spark_conn_id="spark_local", spark_application=app)
+        stalled = make_capture(db, conn_id, sink, spark_conn_id="spark_local", spark_application=app, **reader)
     else:  # the job stalls here, reading the slot, in a Spark action
 
         def stall(name: str) -> None:
@@ -342,7 +377,7 @@ def _kill_during_a_window(db, conn_id, sink, monkeypatch, spark, *, submitted: b
             original(name)
 
         monkeypatch.setattr(faults, "point", stall)
-        stalled = make_capture(db, conn_id, sink)
+        stalled = make_capture(db, conn_id, sink, **reader)
     errors: dict = {}
     window = {"execution_timeout": timedelta(seconds=10)} if timeout else {}
     dag = capture_dag(f"killed_{submitted}_{timeout}_{db.name}", stalled, errors, **window)
@@ -405,7 +440,8 @@ def _kill_the_task_group(db, conn_id, sink, monkeypatch) -> None:
         "from tests.support import airflow as af\n"
         "a = json.loads(sys.argv[1])\n"
         "db = type('Db', (), {'name': a['name'], 'slot': a['slot'], 'publication': a['publication']})\n"
-        "capture = make_capture(db, a['conn_id'], a['sink'], spark_conn_id='spark_local', spark_application=a['app'])\n"
+        "capture = make_capture(db, a['conn_id'], a['sink'], spark_conn_id='spark_local', spark_application=a['app'],\n"
+        "                       window_reader='stream')\n"  # it holds the slot for the whole read
         "af.run(capture_dag('killed_group_' + a['name'], capture, {}), 1)\n"
     )
     args = {

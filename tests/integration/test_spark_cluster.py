@@ -69,7 +69,9 @@ def local_dag(capture, state_path: str, errors: dict):
             PostgresCdcSetupOperator(task_id="setup", capture=capture)
             >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
             >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
-            >> PostgresCdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=state_path)
+            >> PostgresCdcCurrentStateOperator(
+                task_id="current_state", capture=capture, state_path=state_path, state_engine="spark"
+            )
         )
     af.register(dag)
     return dag
@@ -136,6 +138,10 @@ def test_example_dag_on_a_spark_cluster_lands_what_local_spark_lands(
 
     snapshot_window = None
     for hour in range(2):
+        # The fold submitted to the cluster first; then state_engine="auto" folds the small window
+        # on Arrow in the task's process (no spark-submit) over the cluster's version. The twin's
+        # fold runs in embedded Spark: the states must be equal.
+        dag.get_task("current_state").state_engine = "auto" if hour else "spark"
         if hour:
             with db.connect() as conn:
                 shop.mutate(conn, round_no=hour)
@@ -147,6 +153,8 @@ def test_example_dag_on_a_spark_cluster_lands_what_local_spark_lands(
         window = on_cluster.xcom["capture_window"]
         assert window["job_pid"] != local.xcom["capture_window"]["job_pid"]  # the driver was spark-submit's
         assert window["changes"] == local.xcom["capture_window"]["changes"]
+        engines = {r["engine"] for r in on_cluster.xcom["current_state"]}
+        assert engines == ({"arrow"} if hour else {"spark"}), on_cluster.xcom["current_state"]
     assert on_cluster.xcom["capture_window"]["changes"] > 0
 
     # Spark's own record: the snapshot's application ran its tasks on both workers' executors.

@@ -13,6 +13,7 @@ from airflow_provider_cdc.cdc.state import apply_windows, read_state
 from airflow_provider_cdc.cdc.state_lake import apply_windows_by_merge
 from tests.support.databases import CaptureDatabase, snapshot_window, stream_window
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows, spark_rows
+from tests.support.readers import assert_readers_agree
 
 
 def no_spark():
@@ -56,7 +57,10 @@ class Scenario:
     def window(self):
         self.seq += 1
         end = self.db.current_lsn()
-        entry = run_job(self._spec(stream_window(self.seq, self.position, end)), spark_provider=no_spark)
+        spec = self._spec(stream_window(self.seq, self.position, end))
+        entry = run_job(spec, spark_provider=no_spark)
+        if self.sink_format == "parquet":  # both window readers land the same events (the format does not matter)
+            assert_readers_agree(spec, self.sink.parent / f"readers-{self.seq}")
         self._acknowledge(end)
         self.entries.append(entry)
         return entry

@@ -30,7 +30,7 @@ CHANGES = [
 ]
 
 
-def _state_spec(sink: str, state: str, access, as_of_seq: int | None = None) -> StateJobSpec:
+def _state_spec(sink: str, state: str, access, as_of_seq: int | None = None, engine: str = "spark") -> StateJobSpec:
     return StateJobSpec(
         topic_prefix="t",
         sink_path=sink,
@@ -39,6 +39,7 @@ def _state_spec(sink: str, state: str, access, as_of_seq: int | None = None) -> 
         as_of_seq=as_of_seq,
         spark=SparkOptions(master="local[2]"),
         object_store=access,
+        state_engine=engine,
     )
 
 
@@ -71,8 +72,9 @@ def test_parquet_state_on_s3_equals_the_local_fold(db15, spark, s3_server, s3_pr
         end = db.current_lsn()
         capture(stream_window(seq, at, end))
         at = end
-        # The operator's engine path, on the store (window 3 applies to window 2's version).
-        (result,) = run_state_job(_state_spec(sink, state, access))
+        # The operator's engine path, on the store (window 3 applies to window 2's version): Spark,
+        # then Arrow over Spark's version (reading and writing the store without a JVM).
+        (result,) = run_state_job(_state_spec(sink, state, access, engine="spark" if seq == 2 else "arrow"))
         assert result["action"] == "applied" and result["rows"] == len(source[seq])
         assert_same_state(_rows(spark, state), source[seq])
 
@@ -91,8 +93,8 @@ def test_parquet_state_on_s3_equals_the_local_fold(db15, spark, s3_server, s3_pr
 
     # as_of a window the job never stopped at: rebuilt on the store, the current version untouched;
     # as_of one it stopped at: that version, read back from the store.
-    (rebuilt,) = run_state_job(_state_spec(sink, state, access, as_of_seq=1))
-    assert rebuilt["action"] == "rebuilt"
+    (rebuilt,) = run_state_job(_state_spec(sink, state, access, as_of_seq=1, engine="arrow"))
+    assert rebuilt["action"] == "rebuilt" and rebuilt["engine"] == "arrow"
     apply_windows(
         spark,
         sink_path=str(local / "lake"),

@@ -16,11 +16,13 @@ form of the same value, which is what keeps snapshot rows identical to stream ro
 - ``bytea`` in the ``bytes`` mode is the raw bytes that the hex text form spells.
 
 Which column takes which route is decided by its codec (``Codec.binary``); the property tests
-in ``tests/unit/cdc/postgres/test_binary_values.py`` check each decoder against the text codec
+in ``tests/integration/postgres/test_binary_values.py`` check each decoder against the text codec
 on the binary and text forms PostgreSQL's own rules produce, and the type matrix checks both
 against a live server. Hand-written because the libraries that read binary COPY into Arrow
-(ADBC's PostgreSQL driver, connectorx) convert values their own way (e.g. infinite timestamps),
-which would break snapshot ≡ stream; the decoders are a few numpy expressions each.
+convert values their own way (ADBC's PostgreSQL driver shifts dates and timestamps to 1970 in
+wrapping arithmetic, so infinities come back as wrapped counts), which would break snapshot ≡
+stream, and undoing that costs more than it saves (:mod:`.copy_binary`); the decoders are a few
+numpy expressions each.
 """
 
 from __future__ import annotations

@@ -114,11 +114,41 @@ def decode_rows(payloads: list[bytes], width: int) -> RowMessages:
 
     Raises :class:`DecodingError` naming the first malformed message (by its index) if any
     message is malformed; nothing is partially returned."""
-    n = len(payloads)
-    sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=n)
+    sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+    return decode_buffer(np.frombuffer(b"".join(payloads), dtype=np.uint8), sizes, width)
+
+
+def decode_array(payloads: pa.Array, width: int) -> RowMessages:
+    """:func:`decode_rows` of the row messages of an Arrow binary array (no nulls), without a
+    Python object per message: its values are already one buffer."""
+    offsets, values = binary_buffers(payloads)
+    return decode_buffer(values[offsets[0] : offsets[-1]], np.diff(offsets), width)
+
+
+def binary_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The value offsets (int64, ``len(array) + 1``) and the value bytes of a binary or large
+    binary array, as zero-copy numpy views (offsets index the bytes)."""
+    if array.type == pa.binary():
+        dtype = np.int32
+    elif array.type == pa.large_binary():
+        dtype = np.int64
+    else:
+        raise TypeError(f"expected a binary array of pgoutput messages, got {array.type}")
+    _, offsets_buffer, data_buffer = array.buffers()
+    n = len(array)
+    if offsets_buffer is None:  # an empty array may have no buffers at all
+        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    offsets = np.frombuffer(offsets_buffer, dtype)[array.offset : array.offset + n + 1].astype(np.int64)
+    values = np.zeros(0, np.uint8) if data_buffer is None else np.frombuffer(data_buffer, np.uint8)
+    return offsets, values
+
+
+def decode_buffer(buffer: np.ndarray, sizes: np.ndarray, width: int) -> RowMessages:
+    """:func:`decode_rows` of messages stored back to back in ``buffer`` (``sizes``: each one's
+    length in bytes)."""
+    n = len(sizes)
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    buffer = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     if n and sizes.min() < 1:
         raise MalformedRow("empty pgoutput message", int(np.argmin(sizes)))
     kinds = buffer[starts] if n else np.zeros(0, np.uint8)

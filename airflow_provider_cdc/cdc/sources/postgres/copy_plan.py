@@ -81,6 +81,12 @@ class CopyPlan:
         """The COPY of one partition (``block_range.conditions()``: its WHERE terms)."""
         from psycopg import sql
 
+        return sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(self.select(encoder, block_range))
+
+    def select(self, encoder: TableEncoder, block_range: PartitionRange):  # -> sql.Composed
+        """The SELECT of one partition that :meth:`statement` copies."""
+        from psycopg import sql
+
         selected = []
         for column, route in zip(encoder.columns, self.routes):
             name = sql.Identifier(column.name)
@@ -91,7 +97,7 @@ class CopyPlan:
             selected.append(name)
         where = block_range.conditions()
         condition = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL("")
-        return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT binary)").format(
+        return sql.SQL("SELECT {} FROM {}{}").format(
             sql.SQL(", ").join(selected), pg_identifier(encoder.table.ref), condition
         )
 

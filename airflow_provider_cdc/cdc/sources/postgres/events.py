@@ -309,7 +309,8 @@ class StreamEventBuffer:
     all at once by :func:`columnar.decode_rows` when the chunk is flushed. ``tx`` indexes the
     chunk's :class:`ChunkTransactions`; ``total``/``order`` are the event's
     ``transaction.total_order`` and ``data_collection_order``. Key changes and truncates, which
-    are rare, carry their extra fields in sparse maps.
+    are rare, carry their extra fields in sparse maps. Rows come one by one (:meth:`add`) or as
+    Arrow arrays of many (:meth:`add_many`, the columnar window collector's path), in any mix.
     """
 
     def __init__(self, encoder: TableEncoder, context: EventContext):
@@ -322,11 +323,14 @@ class StreamEventBuffer:
         self.txs: list[int] = []
         self.totals: list[int] = []
         self.orders: list[int] = []
+        # rows added as arrays, and rows of ``add`` sealed before them: (payloads, lsns, txs, totals, orders)
+        self._parts: list[tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._sealed = 0  # rows in ``_parts``
         self._key_changes: dict[int, tuple[TupleData | None, TupleData | None]] = {}
         self._truncates: dict[int, tuple[bool, bool]] = {}
 
     def __len__(self) -> int:
-        return len(self.payloads)
+        return self._sealed + len(self.payloads)
 
     def add(
         self,
@@ -341,28 +345,79 @@ class StreamEventBuffer:
         truncate: tuple[bool, bool] | None = None,
     ) -> None:
         if old_key is not None or new_key is not None:
-            self._key_changes[len(self.payloads)] = (old_key, new_key)
+            self._key_changes[len(self)] = (old_key, new_key)
         if truncate is not None:
-            self._truncates[len(self.payloads)] = truncate
+            self._truncates[len(self)] = truncate
         self.payloads.append(payload)
         self.lsns.append(lsn)
         self.txs.append(tx)
         self.totals.append(total)
         self.orders.append(order)
 
+    def add_many(
+        self, payloads: pa.Array, lsns: np.ndarray, txs: np.ndarray, totals: np.ndarray, orders: np.ndarray
+    ) -> None:
+        """Many plain row messages at once (``payloads``: a binary array without nulls), after
+        the rows added so far; the other arguments are as :meth:`add`'s, one element per row."""
+        if payloads.type == pa.large_binary():  # the parts are concatenated as one binary array
+            payloads = payloads.cast(pa.binary())
+        self._seal()
+        self._parts.append(
+            (payloads, lsns.astype(np.int64), txs.astype(np.int32), totals.astype(np.int64), orders.astype(np.int64))
+        )
+        self._sealed += len(payloads)
+
+    def _seal(self) -> None:
+        """Move the rows of :meth:`add` into ``_parts``, so rows added as arrays follow them."""
+        if self.payloads:
+            self._parts.append(
+                (
+                    pa.array(self.payloads, pa.binary()),
+                    np.array(self.lsns, np.int64),
+                    np.array(self.txs, np.int32),
+                    np.array(self.totals, np.int64),
+                    np.array(self.orders, np.int64),
+                )
+            )
+            self._sealed += len(self.payloads)
+            self.payloads, self.lsns, self.txs, self.totals, self.orders = [], [], [], [], []
+
+    def _decoded(self) -> tuple[columnar.RowMessages, pa.Array, pa.Array, pa.Array, pa.Array]:
+        """The rows' layout, and their tx / LSN / total / order columns."""
+        if not self._parts:  # rows of ``add`` only (the streaming collector)
+            return (
+                columnar.decode_rows(self.payloads, self.width),
+                pa.array(self.txs, pa.int32()),
+                pa.array(self.lsns, pa.int64()),
+                pa.array(self.totals, pa.int64()),
+                pa.array(self.orders, pa.int64()),
+            )
+        self._seal()
+        payloads, lsns, txs, totals, orders = (list(c) for c in zip(*self._parts))
+        self.lsns = np.concatenate(lsns)  # (for errors) the buffer is used up: its parts go now
+        self._parts = []
+        # one copy of the messages at a time: the parts are released once concatenated
+        messages = payloads[0] if len(payloads) == 1 else pa.concat_arrays(payloads)
+        del payloads
+        return (
+            columnar.decode_array(messages, self.width),
+            pa.array(np.concatenate(txs), pa.int32()),
+            pa.array(self.lsns, pa.int64()),
+            pa.array(np.concatenate(totals), pa.int64()),
+            pa.array(np.concatenate(orders), pa.int64()),
+        )
+
     def to_batch(self, transactions: ChunkTransactions) -> pa.RecordBatch:
         encoder = self.encoder
         layout = encoder.layout
         ref = encoder.table.ref
         try:
-            rows = columnar.decode_rows(self.payloads, self.width)
+            rows, tx, lsns, totals, orders = self._decoded()
         except columnar.MalformedRow as exc:
-            raise DecodingError(f"{ref}: the change at LSN {Lsn(self.lsns[exc.row])}: {exc}") from None
+            raise DecodingError(f"{ref}: the change at LSN {Lsn(int(self.lsns[exc.row]))}: {exc}") from None
         n = len(rows)
         before, _ = self._image(rows, rows.old, toast=False)
         after, unchanged = self._image(rows, rows.new, toast=True)
-        tx = pa.array(self.txs, pa.int32())
-        lsns = pa.array(self.lsns, pa.int64())
         sequences = pc.binary_join_element_wise(
             transactions.sequence_prefix.take(tx), pc.cast(lsns, pa.string()), '"]', ""
         )
@@ -387,8 +442,8 @@ class StreamEventBuffer:
         transaction = pa.StructArray.from_arrays(
             [
                 transactions.transaction_id.take(tx),
-                pa.array(self.totals, pa.int64()),
-                pa.array(self.orders, pa.int64()),
+                totals,
+                orders,
             ],
             fields=list(TRANSACTION_BLOCK),
         )

@@ -26,7 +26,7 @@ from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
-from airflow_provider_cdc.cdc.sources.postgres import admin
+from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkReader, Watermarks, emit_chunk
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
@@ -45,6 +45,7 @@ from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, quote_ident
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
+from airflow_provider_cdc.cdc.sources.postgres.window_batches import BatchWindowCollector
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,13 @@ class StreamFlavour:
     start_options: tuple[tuple[str, str], ...] = (("messages", "true"),)
     incremental: bool = True  # the source runs incremental snapshots (needs pg_current_snapshot())
     start_error: Callable[[str, Exception], Exception] | None = None  # classify a failed START_REPLICATION
+    # The source has the logical decoding SQL functions and the plain WindowCollector's rules, so a
+    # window may be read through SQL into BatchWindowCollector (sql_window.py).
+    sql_window: bool = False
 
 
 def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
-    return run_stream(spec, spark_provider, StreamFlavour(check_source=_check_stream_source))
+    return run_stream(spec, spark_provider, StreamFlavour(check_source=_check_stream_source, sql_window=True))
 
 
 def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: StreamFlavour) -> CommitEntry:
@@ -105,7 +109,12 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
         writer = sink.open_window(window, [*topics_of(spec, incremental.tables), *incremental.staged_topics])
         known = {(c.type.oid, c.type.modifier): c.type for t in tables.values() for c in t.columns}
         context = EventContext.of_window(spec.topic_prefix, spec.connection.dbname, spec.window)
-        collector = flavour.collector(
+        through_sql = not window.is_empty_range and sql_window.use_sql(
+            spec.options.window_reader, supported=flavour.sql_window, span_bytes=window.to_lsn - window.from_lsn
+        )
+        # The SQL path's batches go to the columnar collector (the same events, without Python per change);
+        # only PostgreSQL's flavour reads through SQL, and its collector is the plain WindowCollector.
+        collector = (BatchWindowCollector if through_sql else flavour.collector)(
             window=window,
             tables=tables,
             context=context,
@@ -119,20 +128,15 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
         )
         try:
             if not window.is_empty_range:
-                with ReplicationConnection(info) as replication:
-                    options = {
-                        "proto_version": "1",
-                        "publication_names": quote_ident(spec.publication_name),
-                        **dict(flavour.start_options),
-                    }
-                    try:
-                        replication.start_logical(spec.slot_name, window.from_lsn, options)
-                    except CdcError as exc:
-                        if flavour.start_error is None:
-                            raise
-                        raise flavour.start_error(spec.slot_name, exc) from None
-                    faults.point("window.streaming")
-                    collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
+                options = {
+                    "proto_version": "1",
+                    "publication_names": quote_ident(spec.publication_name),
+                    **dict(flavour.start_options),
+                }
+                if through_sql:
+                    _read_sql(spec, catalog, collector, options, flavour)
+                else:
+                    _read_streaming(spec, flavour, collector, options)
             stats = collector.finish()
             faults.point("window.read_done")
             incremental_stats = incremental.finish(
@@ -157,6 +161,50 @@ def run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider, flavour: St
     )
     drop_emitted_chunks(sink, incremental.emitted)
     return entry
+
+
+def _read_streaming(spec: PostgresJobSpec, flavour: StreamFlavour, collector: Any, options: dict[str, str]) -> None:
+    """The window over the replication protocol, from ``START_REPLICATION`` at its start."""
+    with ReplicationConnection(spec.connection) as replication:
+        try:
+            replication.start_logical(spec.slot_name, spec.window.from_lsn, options)
+        except CdcError as exc:
+            if flavour.start_error is None:
+                raise
+            raise flavour.start_error(spec.slot_name, exc) from None
+        faults.point("window.streaming")
+        collector.consume(replication.frames(idle_timeout=spec.options.idle_timeout_seconds))
+
+
+def _read_sql(
+    spec: PostgresJobSpec, catalog: Any, collector: Any, options: dict[str, str], flavour: StreamFlavour
+) -> None:
+    """The window through one ``peek`` up to its end (see sql_window.py), into the collector.
+    Under ``window_reader="auto"``, a window the server cannot materialise (temporary files over
+    ``temp_file_limit``, a full disk) streams instead: the error comes before the first row, so
+    nothing was collected yet."""
+    window = spec.window
+    status = admin.require_slot(catalog, spec.slot_name, spec.connection.dbname)
+    confirmed = int(status.confirmed_flush_lsn) if status.confirmed_flush_lsn is not None else int(window.from_lsn)
+    sql_window.flush_through(catalog, int(window.to_lsn), timeout=spec.options.idle_timeout_seconds)
+    log.info("reading %s through the logical decoding SQL functions", window.describe())
+    received = 0
+    try:
+        with sql_window.SqlWindowReader(spec.connection) as reader:
+            batches = reader.batches(
+                spec.slot_name, int(window.from_lsn), int(window.to_lsn), options, confirmed_flush=confirmed
+            )
+            faults.point("window.streaming")
+            for batch in batches:
+                received += 1
+                collector.consume_batches((batch,))
+                if collector.done:
+                    break
+    except sql_window.SqlWindowUnavailable as exc:
+        if spec.options.window_reader != "auto" or received:
+            raise
+        log.warning("%s; streaming %s instead", exc, window.describe())
+        _read_streaming(spec, flavour, collector, options)
 
 
 def _check_stream_source(conn: Any, spec: PostgresJobSpec) -> dict:

@@ -190,16 +190,7 @@ class WindowCollector:
                     f"received a transaction committed at {message.final_lsn:X}, before the window "
                     f"start {self.window.from_lsn}; the slot or start position is inconsistent"
                 )
-            tx = _Transaction(
-                message.xid,
-                message.final_lsn,
-                message.commit_ts_us,
-                f"{message.xid}:{message.final_lsn}",
-                self.previous_commit_lsn,
-                chunk_index=len(self._chunk_txs),
-            )
-            self._chunk_txs.append(tx.entry())
-            self._tx = tx
+            self._open_transaction(message.xid, message.final_lsn, message.commit_ts_us)
         elif isinstance(message, Commit):
             self._commit(message)
         elif isinstance(message, Relation):
@@ -297,7 +288,9 @@ class WindowCollector:
             # exactly Debezium's before image under REPLICA IDENTITY DEFAULT / USING INDEX.)
             old_key, new_key = tuple(old[i] for i in keys), tuple(new[i] for i in keys)
             self._add(buffer, encode_delete(oid, message.old_kind or "K", old), lsn, new_key=new_key)
-            self._add(buffer, encode_insert(oid, new), lsn, old_key=old_key)
+            # The delete may have filled and flushed the chunk: the create goes to the next one's.
+            current = self._buffer(oid)
+            self._add(buffer if current is None else current, encode_insert(oid, new), lsn, old_key=old_key)
             self.stats.key_changes += 1
         else:
             self._add(buffer, payload, lsn)
@@ -372,12 +365,25 @@ class WindowCollector:
         if self._buffered >= self.max_changes or self._buffered_bytes >= MAX_CHUNK_BYTES:
             self._flush_chunk()
 
+    def _open_transaction(self, xid: int, final_lsn: int, commit_ts_us: int) -> None:
+        """Open a transaction (its Begin checked against the window)."""
+        tx = _Transaction(
+            xid, final_lsn, commit_ts_us, f"{xid}:{final_lsn}", self.previous_commit_lsn, len(self._chunk_txs)
+        )
+        self._chunk_txs.append(tx.entry())
+        self._tx = tx
+
     def _commit(self, message: Commit) -> None:
         tx = self._tx
         if tx is None:
             raise DecodingError("Commit without Begin")
         if message.commit_lsn != tx.final_lsn:
             raise DecodingError(f"Commit LSN {message.commit_lsn:X} does not match Begin's final LSN {tx.final_lsn:X}")
+        self._end_transaction(tx)
+
+    def _end_transaction(self, tx: _Transaction) -> None:
+        """Close the open transaction ``tx`` (its Commit checked): its BEGIN/END rows, if it
+        has events."""
         if tx.total:
             self._tx_rows.extend(
                 transaction_rows(

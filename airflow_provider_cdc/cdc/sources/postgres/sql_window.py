@@ -1,0 +1,431 @@
+"""Reading a bounded stream window through the logical decoding SQL functions, into Arrow.
+
+A window is "the slot up to ``to_lsn``", so it can be read literally with one
+``pg_logical_slot_peek_binary_changes(slot, to_lsn, NULL, <pgoutput options>)``: the server
+decodes exactly the window (the same transactions as the walsender, see below) and the ADBC
+PostgreSQL driver reads the result as ``COPY ... TO STDOUT (FORMAT binary)``, parsed in C into
+Arrow batches of ``lsn`` int64, ``xid`` int64 and ``data`` binary (one pgoutput message a row, in
+stream order). No per-message Python, no replication framing.
+
+What is true of the SQL functions (``logicalfuncs.c: pg_logical_slot_get_changes_guts``, and
+measured in ``tests/integration/postgres/test_sql_window.py``):
+
+- Every call decodes from the slot's ``restart_lsn`` and returns what commits after its
+  ``confirmed_flush_lsn``; ``upto_lsn`` stops the decoding after the first WAL record that ends
+  at or past it. A transaction comes back at its commit record, so the window holds exactly the
+  transactions whose commit record starts before ``to_lsn``: the collector's rule (a ``Begin``
+  whose ``final_lsn >= to_lsn`` ends the window) selects the same ones.
+- The ``lsn`` column is the walsender's ``wal_start`` of the same message (both are the decoding
+  context's write location: a transaction's first LSN for Begin, the change's LSN, the commit's
+  end for Commit), so the collector sees identical input.
+- ``peek`` never moves the slot's ``confirmed_flush_lsn`` (it may advance ``restart_lsn`` and
+  ``catalog_xmin`` only up to what is already confirmed, as any reader does).
+- ``upto_nchanges`` counts rows returned, checked after each WAL record: a transaction comes back
+  whole at its commit however large. Chunked ``get`` on a temporary copy of the slot re-decodes
+  from the copy's ``restart_lsn`` on every call, which moves only at ``xl_running_xacts`` records
+  (every 15 s, at checkpoints): over a backlog written quickly the work is quadratic (measured:
+  docs/architecture.md). One ``peek`` is both the fastest and the simplest.
+- The result is materialised server-side (a tuplestore: ``work_mem``, then a temporary file of
+  about the window's output size) before the first row is sent; see :data:`MAX_SQL_WINDOW_BYTES`.
+
+The slot is never acknowledged here: a ``peek`` cannot, and the only consuming call
+(``pg_replication_slot_advance``, when the slot is behind the window's start) runs on a
+*temporary copy* of the slot, dropped with the session (also when the process is killed).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from adbc_driver_manager import Error as AdbcError
+
+from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, CdcTransientError
+from airflow_provider_cdc.cdc.sources.postgres import tls
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.replication import _classify_start_error
+
+log = logging.getLogger(__name__)
+
+#: What the driver raises: its own errors, and Arrow's stream errors (an error raised while the
+#: result is read comes through Arrow's stream interface as an OSError). Anything else (a signal
+#: handler's exception, Airflow's task termination) passes through as itself.
+_DRIVER_ERRORS = (AdbcError, OSError, pa.ArrowException)
+
+
+class SqlWindowUnavailable(CdcTransientError):
+    """The server could not build the window's result (temporary files over ``temp_file_limit``,
+    a full disk, out of memory): it materialises the whole result before sending a row, which the
+    replication protocol does not. ``window_reader="auto"`` streams the window instead."""
+
+
+#: The batches' columns, in this order.
+SCHEMA = pa.schema([("lsn", pa.int64()), ("xid", pa.int64()), ("data", pa.binary())])
+
+#: ``window_reader="auto"`` reads a window through SQL only up to this many bytes of WAL: the
+#: server materialises the whole result (a temporary file of about the window's output size,
+#: ~200 bytes a change measured) before sending it, and a larger window streams instead. The
+#: output can exceed the span (a transaction begun before the window comes back whole), so a
+#: result the server cannot build (:class:`SqlWindowUnavailable`) also streams.
+MAX_SQL_WINDOW_BYTES = 1024 * 1024 * 1024
+
+#: Batches fetched ahead on a thread while the collector decodes (a bounded queue). One: it lets
+#: a remote server keep sending while a chunk is converted; on the two-core bench machine, with the
+#: server on the same cores, it changed neither the client's CPU per change nor the wall time
+#: measurably, and each batch ahead costs its size in memory.
+PREFETCH_BATCHES = 1
+#: ADBC's batch size hint (bytes of COPY data per Arrow batch, ~20 000 changes).
+BATCH_SIZE_HINT_BYTES = 4 * 1024 * 1024
+
+
+def use_sql(window_reader: str, *, supported: bool, span_bytes: int) -> bool:
+    """Whether a window of ``span_bytes`` of WAL is read through SQL (``supported``: the source
+    has the SQL functions: PostgreSQL does, YugabyteDB does not)."""
+    if window_reader == "sql" and not supported:
+        raise CdcConfigurationError(
+            "window_reader='sql' needs PostgreSQL's logical decoding SQL functions, which this source does not "
+            "have (YugabyteDB always streams): set window_reader to 'auto' or 'stream'"
+        )
+    if not supported or window_reader == "stream":
+        return False
+    return window_reader == "sql" or span_bytes <= MAX_SQL_WINDOW_BYTES
+
+
+def flush_through(conn: Any, to_lsn: int, *, timeout: float) -> None:
+    """Return once the server's WAL is flushed up to ``to_lsn`` (``conn``: a psycopg session in
+    autocommit).
+
+    A window ends at the insert position, but a ``peek`` decodes only WAL already flushed (its
+    ``end_of_wal`` is ``GetFlushRecPtr()`` when it starts) and returns without error short of
+    ``upto_lsn``: a non-transactional message or the tail of an asynchronous commit would be
+    silently left out of the window, and skipped by the next one. The walsender waits for the
+    flush instead. A commit of a transaction with an xid under ``synchronous_commit = local``
+    flushes all WAL before its commit record, so one such commit settles it at once."""
+    if _flush_lsn(conn) >= to_lsn:
+        return
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = local")
+        conn.execute("SELECT txid_current()")  # an xid, so the commit writes and flushes a record
+    deadline = time.monotonic() + timeout
+    while (flushed := _flush_lsn(conn)) < to_lsn:
+        if time.monotonic() > deadline:
+            raise CdcTransientError(
+                f"the server's WAL is flushed only up to {flushed >> 32:X}/{flushed & 0xFFFFFFFF:X}, before the "
+                f"window's end {to_lsn >> 32:X}/{to_lsn & 0xFFFFFFFF:X}, after {timeout:.0f} s; retry the window"
+            )
+        time.sleep(0.01)
+
+
+def _flush_lsn(conn: Any) -> int:
+    return int(conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint").fetchone()[0])
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as an SQL string literal, whatever ``standard_conforming_strings`` is."""
+    if "\x00" in text:
+        raise ValueError("a string literal cannot contain NUL")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def window_query(slot: str, to_lsn: int, options: dict[str, str]) -> str:
+    """The ``peek`` of ``slot`` up to ``to_lsn`` with pgoutput's ``options``, as SQL text (ADBC
+    reads a query without parameters through COPY binary)."""
+    opts = ", ".join(f"{quote_literal(k)}, {quote_literal(v)}" for k, v in options.items())
+    return (
+        "SELECT (lsn - '0/0'::pg_lsn)::bigint AS lsn, xid::text::bigint AS xid, data "
+        f"FROM pg_logical_slot_peek_binary_changes({quote_literal(slot)}, "
+        f"'{to_lsn >> 32:X}/{to_lsn & 0xFFFFFFFF:X}'::pg_lsn, NULL{', ' + opts if opts else ''})"
+    )
+
+
+class SqlWindowReader:
+    """One ADBC session reading one window; use as a context manager (closing it ends the
+    session, and with it any temporary slot copy)."""
+
+    def __init__(self, info: PgConnectionInfo, *, prefetch: int | None = None):
+        self._info = info
+        self._prefetch = PREFETCH_BATCHES if prefetch is None else prefetch
+        self._conn: Any = None
+        self._readers: list[Iterator[pa.RecordBatch]] = []
+
+    def __enter__(self) -> SqlWindowReader:
+        self._conn = _connect(self._info)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Every reader first: a batch reader still open (an error left its generator suspended)
+        # may have a fetch thread inside the driver's stream, and closing the connection under it
+        # crashes the process (ADBC frees the stream the thread reads).
+        readers, self._readers = self._readers, []
+        for batches in readers:
+            batches.close()  # type: ignore[attr-defined]
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def batches(
+        self, slot: str, from_lsn: int, to_lsn: int, options: dict[str, str], *, confirmed_flush: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The window ``[from_lsn, to_lsn)`` of ``slot`` as Arrow batches in stream order.
+        ``confirmed_flush``: the slot's, at most ``from_lsn``; when it is behind (an offset saved
+        whose acknowledgement did not happen), a temporary copy advanced to ``from_lsn`` is read,
+        so the window starts where the walsender would start it. Closed with the reader at the
+        latest."""
+        if self._conn is None:
+            raise CdcError("SqlWindowReader used outside its 'with' block")
+        batches = self._batches(slot, from_lsn, to_lsn, options, confirmed_flush)
+        self._readers.append(batches)
+        return batches
+
+    def _batches(
+        self, slot: str, from_lsn: int, to_lsn: int, options: dict[str, str], confirmed_flush: int
+    ) -> Iterator[pa.RecordBatch]:
+        source = slot
+        if confirmed_flush < from_lsn:
+            source = self._copy_at(slot, from_lsn)
+        query = window_query(source, to_lsn, options)
+        statement, reader = self._execute(slot, query)
+        if self._prefetch <= 0:
+            yield from self._checked(slot, statement, reader)
+        else:
+            yield from _prefetched(self._checked(slot, statement, reader), self._prefetch, cancel=statement.cancel)
+
+    def _copy_at(self, slot: str, from_lsn: int) -> str:
+        copy = f"{slot[:40]}_cdc_window_{threading.get_ident() % 10**9}"
+        arguments = f"{quote_literal(slot)}, {quote_literal(copy)}, true"  # temporary: gone with the session
+        self._run(slot, f"SELECT 1 FROM pg_copy_logical_replication_slot({arguments})")
+        target = f"'{from_lsn >> 32:X}/{from_lsn & 0xFFFFFFFF:X}'::pg_lsn"
+        self._run(slot, f"SELECT 1 FROM pg_replication_slot_advance({quote_literal(copy)}, {target})")
+        log.info("slot %r is behind the window's start: reading a temporary copy advanced to it", slot)
+        return copy
+
+    def _run(self, slot: str, query: str) -> None:
+        try:
+            self._conn.rows(query)
+        except _DRIVER_ERRORS as exc:
+            raise self._error(slot, exc) from None
+
+    def _execute(self, slot: str, query: str) -> tuple[Any, pa.RecordBatchReader]:
+        """The statement (it owns the result: keep it open while reading) and its batch reader."""
+        try:
+            return self._conn.stream(query, {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_SIZE_HINT_BYTES)})
+        except _DRIVER_ERRORS as exc:  # a signal handler's exception (Airflow's task termination) stays itself
+            raise self._error(slot, exc) from None
+
+    def _checked(self, slot: str, statement: Any, reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in reader:
+                if batch.num_rows:
+                    yield _with_schema(batch)
+        except _DRIVER_ERRORS as exc:
+            raise self._error(slot, exc) from None
+        finally:
+            reader.close()
+            statement.close()
+
+    def _error(self, slot: str, exc: BaseException) -> CdcError:
+        return sql_error(slot, exc, self._info)
+
+
+def _with_schema(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with :data:`SCHEMA` exactly (ADBC adds PostgreSQL type names as field metadata)."""
+    return pa.RecordBatch.from_arrays(batch.columns, schema=SCHEMA)
+
+
+def _prefetched(
+    batches: Iterator[pa.RecordBatch], depth: int, *, cancel: Callable[[], None]
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` read ahead in a thread (ADBC's reader releases the GIL while it waits and
+    parses), at most ``depth`` batches ahead of the consumer. When the consumer stops early (an
+    error, a window end before the last batch), the statement is cancelled so a thread waiting in
+    the driver returns, and the thread is joined before anything closes the stream."""
+    done = object()
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def fetch() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        slots.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item: Any = done
+        except BaseException as exc:  # handed to the consumer, raised there
+            item = exc
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    thread = threading.Thread(target=fetch, name="cdc-sql-window-fetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=0.2)
+        if thread.is_alive():
+            try:
+                cancel()
+            except _DRIVER_ERRORS:  # nothing left to cancel
+                log.debug("cancelling the window's statement failed", exc_info=True)
+            thread.join()
+        batches.close()  # type: ignore[attr-defined]
+
+
+def sql_error(slot: str, exc: BaseException, info: PgConnectionInfo) -> CdcError:
+    """The error for a failed SQL read, classified as the streaming path classifies
+    ``START_REPLICATION``'s (slot missing, in use, WAL removed), without the password."""
+    message = _redacted(" ".join(str(exc).split()), info) or type(exc).__name__
+    message = message.split("ERROR: ", 1)[-1].strip()  # ADBC's prefix ("[libpq] Execution error ...")
+    sqlstate = getattr(exc, "sqlstate", None)
+    code = sqlstate.encode() if isinstance(sqlstate, str) else _sqlstate_of(message)
+    if code == b"42501":  # insufficient privilege: the streaming path needs the same attribute
+        return CdcTransientError(
+            f"cannot read replication slot {slot!r} on {info.describe()}: {message}. "
+            "The role needs the REPLICATION attribute."
+        )
+    if code == b"42883":  # undefined function: a server without the logical decoding SQL functions
+        return CdcError(
+            f"the server at {info.describe()} has no logical decoding SQL functions ({message}); "
+            "set window_reader='stream'"
+        )
+    if (code or b"").startswith(b"53") or any(sign in message for sign in _RESOURCE_SIGNS):
+        return SqlWindowUnavailable(
+            f"the server could not materialise the window of replication slot {slot!r} for the SQL reader: "
+            f"{message}. The result of a logical decoding SQL call is built whole on the server (work_mem, "
+            "then temporary files of about the decoded output's size); window_reader='stream' reads it without"
+        )
+    error = _classify_start_error(slot, message, code)
+    if type(error) is CdcTransientError:  # not one of the slot's known states
+        return CdcTransientError(f"reading replication slot {slot!r} through SQL failed: {message}")
+    return error
+
+
+#: The server's messages for the SQLSTATEs classified above: an error raised while reading the
+#: result reaches Python through Arrow's stream interface, as an OSError without its SQLSTATE.
+_MESSAGE_SQLSTATES = (
+    ("function pg_logical_slot_peek_binary_changes(", b"42883"),
+    ("does not exist", b"42704"),
+    ("is active for PID", b"55006"),
+    ("must be superuser or replication role", b"42501"),
+    ("permission denied to use replication slots", b"42501"),
+)
+
+
+#: Messages of class 53 (insufficient resources) and of ``temp_file_limit`` (53400), for errors
+#: that arrive without their SQLSTATE.
+_RESOURCE_SIGNS = (
+    "temp_file_limit",
+    "could not write to file",
+    "No space left on device",
+    "out of memory",
+    "could not extend file",
+)
+
+
+def _sqlstate_of(message: str) -> bytes | None:
+    return next((code for sign, code in _MESSAGE_SQLSTATES if sign in message), None)
+
+
+def _redacted(text: str, info: PgConnectionInfo) -> str:
+    if info.password:
+        text = text.replace(info.password, "********")
+    return text
+
+
+class Session:
+    """One ADBC PostgreSQL session, on the driver manager's low-level API: its DB-API layer imports
+    pandas, polars and pyarrow.dataset when they are installed (~75 MiB of a worker's memory for
+    nothing this reader uses). Connections start in autocommit, as ADBC specifies."""
+
+    def __init__(self, conninfo: str):
+        import adbc_driver_manager
+        import adbc_driver_postgresql
+
+        self._database = adbc_driver_postgresql.connect(conninfo)
+        try:
+            self._connection = adbc_driver_manager.AdbcConnection(self._database)
+        except BaseException:
+            self._database.close()
+            raise
+
+    def stream(self, query: str, options: dict[str, str] | None = None) -> tuple[Any, pa.RecordBatchReader]:
+        """The statement running ``query`` (close it after its reader) and the result's batches."""
+        import adbc_driver_manager
+
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            if options:
+                statement.set_options(**options)
+            statement.set_sql_query(query)
+            handle, _ = statement.execute_query()
+            return statement, pa.RecordBatchReader._import_from_c(handle.address)
+        except BaseException:
+            statement.close()
+            raise
+
+    def rows(self, query: str) -> list[dict[str, Any]]:
+        """The rows of a small result."""
+        statement, reader = self.stream(query)
+        try:
+            return reader.read_all().to_pylist()
+        finally:
+            reader.close()
+            statement.close()
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+            self._database.close()
+        except _DRIVER_ERRORS:  # the session is gone either way; the original error matters
+            log.debug("closing the ADBC session failed", exc_info=True)
+
+
+def _connect(info: PgConnectionInfo) -> Session:
+    """An ADBC PostgreSQL session with ``info`` (libpq conninfo: the capture's session settings
+    and TLS rules, as :func:`.connection.connect`); errors never carry the password."""
+
+    def attempt(candidate: PgConnectionInfo) -> Session:
+        try:
+            return Session(candidate.conninfo())
+        except Exception as exc:
+            # ADBC's message may echo the connection string: never let the password out.
+            raise _ConnectError(_redacted(" ".join(str(exc).split()), info)) from None
+
+    try:
+        conn = tls.open_connection(info, attempt, _ssl_in_use)
+    except _ConnectError as exc:
+        raise CdcTransientError(f"cannot connect to PostgreSQL at {info.describe()}: {exc}") from None
+    # A peek runs to its end before it sends a row, and a backend notices a dead client only
+    # when it writes: without this, a killed read would keep decoding (and hold the slot, as
+    # "in use") for as long as the window takes. PostgreSQL 14+; older servers have no such setting.
+    conn.rows("SELECT set_config(name, '1000', false) FROM pg_settings WHERE name = 'client_connection_check_interval'")
+    return conn
+
+
+class _ConnectError(Exception):
+    """A failed ADBC connection attempt, its message redacted (libpq's text for tls' checks)."""
+
+
+def _ssl_in_use(conn: Session) -> bool:
+    rows = conn.rows("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+    return bool(rows and rows[0]["ssl"])

