@@ -265,6 +265,11 @@ def report(args, rows: int, limits: list[float], ceilings: list[float], runs: di
         line += f", client CPU {cpu * 1e6 / args.changes:.2f} µs/change ({cpu / window:.2f} cores)"
         line += f", peak RSS {rss:.0f} MiB (imported: {base:.0f} MiB; chunk {args.chunk})"
         print(line)
+        print(f"ratio window[{reader}]/limit: {limit / window:.3g}")
+        if ceiling is not None:
+            print(f"ratio window[{reader}]/pg_recvlogical: {ceiling / window:.3g}")
+        print(f"peak RSS window[{reader}]: {rss:.0f} MiB")
+    print(f"pyspark imported by a window: {any(r['spark'] for results in runs.values() for r in results)}")
     if temps:
         print(
             f"sql: server temporary files per window: {statistics.median(temps) / 1e6:.1f} MB "

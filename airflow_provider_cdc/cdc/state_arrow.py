@@ -16,9 +16,11 @@ the base it folds them over) are at most :data:`ARROW_MAX_ROWS` and their Parque
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,85 +227,50 @@ def write_version_arrow(rows: pa.Table, uri: str) -> int:
 # -- MERGE into Iceberg / Delta state tables -----------------------------------------------------
 
 
-def merge_windows_arrow(events: pa.Table | None, state: Any, *, tag: Any, snapshot_seq: int | None = None) -> Any:
-    """:func:`.state_merge.merge_windows` on Arrow: the same decisions (unchanged, rewrite on a
-    snapshot, a truncate, a keyless table or a new table, else a MERGE of the affected keys), the
-    same state-table calls, the fold of :mod:`.state_fold_arrow`."""
-    from airflow_provider_cdc.cdc.state_merge import EMPTY, UNCHANGED, MergeResult
+class ArrowFold:
+    """The engine operations :func:`.state_merge.merge_windows` needs, on Arrow: the events are
+    an Arrow table in the worker's memory, the fold is :func:`.state_fold_arrow.fold`."""
 
-    held = state.current_window_seq()
-    if held is not None and held >= tag.window_seq:
-        return MergeResult(state.name, UNCHANGED, held)
-    if tag.kind == "snapshot":
-        snapshot_seq = max(snapshot_seq or 0, tag.window_seq)
-    reset = snapshot_seq is not None and (held is None or snapshot_seq > held)
-    if events is not None:
-        first = snapshot_seq if reset else (held + 1 if held is not None else None)
+    label = "arrow"
+
+    def pending(self, events: pa.Table, first: int | None, last: int) -> pa.Table:
         seq = pc.cast(events.column("window_id"), pa.int64())
-        keep = pc.less_equal(seq, tag.window_seq)
+        keep = pc.less_equal(seq, last)
         if first is not None:
             keep = pc.and_(keep, pc.greater_equal(seq, first))
-        events = events.filter(keep)
-    keys = _keys(events)
-    if reset or not state.exists():
-        return _rewrite(events, state, tag, keys, None, "snapshot" if reset else "new table")
-    if events is None or events.num_rows == 0:
-        return MergeResult(state.name, EMPTY, tag.window_seq)
-    if pc.any(pc.equal(events.column("op"), "t")).as_py():
-        # The fold drops the base at the truncate; an empty base of the table's schema keeps its columns.
-        return _rewrite(events, state, tag, keys, state.schema().empty_table(), "truncate")
-    if not keys:
-        return _rewrite(events, state, tag, keys, state.read_version(), "keyless")
-    return _merge(events, state, tag, keys)
+        return events.filter(keep)
+
+    def keys(self, events: pa.Table | None, keys: Any = None) -> list[str]:
+        """The key columns, as the fold finds them (the fields of ``__debezium_oldkey``)."""
+        if events is None:
+            return list(keys or ())
+        fields = events.schema.field("__debezium_oldkey").type if "__debezium_oldkey" in events.column_names else []
+        found = [f.name for f in fields]
+        if keys is not None and sorted(keys) != sorted(found):
+            raise CdcConfigurationError(f"key columns {list(keys)} given, but the events are keyed by {found}")
+        return found
+
+    @contextlib.contextmanager
+    def held(self, events: pa.Table) -> Iterator[pa.Table]:
+        yield events  # already in memory
+
+    def shape(self, events: pa.Table) -> tuple[bool, int]:
+        return bool(pc.any(pc.equal(events.column("op"), "t")).as_py()), events.num_rows
+
+    def affected_keys(self, events: pa.Table, keys: list[str]) -> pa.Table:
+        return affected_keys(events, keys)
+
+    def fold(self, events: pa.Table | None, base: pa.Table | None) -> pa.Table | None:
+        from airflow_provider_cdc.cdc.state_fold_arrow import fold
+
+        return fold(events, base)
 
 
-def _merge(events: pa.Table, state: Any, tag: Any, keys: list[str]) -> Any:
-    from airflow_provider_cdc.cdc.state_fold_arrow import fold
-    from airflow_provider_cdc.cdc.state_merge import EMPTY, MERGED, MergeResult
-    from airflow_provider_cdc.cdc.state_tables import plain_types, rows_with_keys
+def merge_windows_arrow(events: pa.Table | None, state: Any, *, tag: Any, snapshot_seq: int | None = None) -> Any:
+    """:func:`.state_merge.merge_windows` on Arrow: the same decisions and state-table calls."""
+    from airflow_provider_cdc.cdc.state_merge import merge_windows
 
-    key_values = plain_types(affected_keys(events, keys))
-    base = state.read_keys(keys, key_values)
-    new_rows = plain_types(fold(events, base))
-    commit = state.commit_merge(new_rows, base.select(keys), tag, keys=keys)
-    deleted = len(rows_with_keys(base.select(keys), keys, new_rows, keep=False))
-    log.info(
-        "state table %s at window %s (arrow): %d keys affected, %d rows written, %d deleted (%s)",
-        state.name,
-        tag.window_id,
-        len(key_values),
-        len(new_rows),
-        deleted,
-        "no change" if commit is None else f"{commit.files_removed} files rewritten",
-    )
-    action = MERGED if commit is not None else EMPTY
-    return MergeResult(state.name, action, tag.window_seq, commit, None, len(key_values), len(new_rows), deleted)
-
-
-def _rewrite(events: pa.Table | None, state: Any, tag: Any, keys: list[str], base: Any, reason: str) -> Any:
-    from airflow_provider_cdc.cdc.state_fold_arrow import fold
-    from airflow_provider_cdc.cdc.state_merge import EMPTY, REWRITTEN, MergeResult
-    from airflow_provider_cdc.cdc.state_tables import plain_types
-
-    folded = fold(events, base)
-    if folded is None:
-        current = state.schema()
-        if current is None:
-            return MergeResult(state.name, EMPTY, tag.window_seq, reason=reason)
-        rows = current.empty_table()
-    else:
-        rows = plain_types(folded)
-    commit = state.overwrite(rows, tag, keys=keys)
-    log.info(
-        "state table %s at window %s (arrow): rewritten (%s), %d rows", state.name, tag.window_id, reason, len(rows)
-    )
-    return MergeResult(state.name, REWRITTEN, tag.window_seq, commit, reason, rows_written=len(rows))
-
-
-def _keys(events: pa.Table | None) -> list[str]:
-    if events is None or "__debezium_oldkey" not in events.column_names:
-        return []
-    return [f.name for f in events.schema.field("__debezium_oldkey").type]
+    return merge_windows(None, events, state, tag=tag, snapshot_seq=snapshot_seq, engine=ArrowFold())
 
 
 def affected_keys(events: pa.Table, keys: list[str]) -> pa.Table:

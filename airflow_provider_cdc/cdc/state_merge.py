@@ -27,8 +27,9 @@ window's keys: small); the full rewrites bring the whole table through the drive
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -59,6 +60,40 @@ class MergeResult:
         return {**asdict(self), "commit": self.commit.to_dict() if self.commit else None}
 
 
+class SparkFold:
+    """The engine operations :func:`merge_windows` needs, in Spark (tables larger than memory):
+    events are a DataFrame; keys, bases and results cross to the state table as Arrow."""
+
+    label = "spark"
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+
+    def pending(self, events: Any, first: int | None, last: int) -> Any:
+        return _pending(events, first, last)
+
+    def keys(self, events: Any, keys: Sequence[str] | None) -> list[str]:
+        return _keys(events, keys)
+
+    @contextlib.contextmanager
+    def held(self, events: Any) -> Iterator[Any]:
+        held = events.persist()  # read by several jobs
+        try:
+            yield held
+        finally:
+            held.unpersist()
+
+    def shape(self, events: Any) -> tuple[bool, int]:
+        return _shape(events)
+
+    def affected_keys(self, events: Any, keys: list[str]) -> pa.Table:
+        return _affected_keys(events, keys).toArrow()
+
+    def fold(self, events: Any, base: pa.Table | None) -> pa.Table | None:
+        folded = fold(self.spark, events, None if base is None else _to_spark(self.spark, base))
+        return None if folded is None else folded.toArrow()
+
+
 def merge_windows(
     spark: Any,
     events: Any,
@@ -67,15 +102,20 @@ def merge_windows(
     tag: WindowTag,
     keys: Sequence[str] | None = None,
     snapshot_seq: int | None = None,
+    engine: Any = None,
 ) -> MergeResult:
-    """Bring ``state`` up to window ``tag.window_seq`` with ``events`` (a DataFrame in the event
-    schema, as :func:`.state.fold` takes; None if the windows have no events of this table).
+    """Bring ``state`` up to window ``tag.window_seq`` with ``events`` (in the event schema, as
+    the engine's fold takes them; None if the windows have no events of this table).
 
     Only events of windows after the one the table holds, up to ``tag.window_seq``, apply (so
     the events of every committed window may be passed). ``keys``: the table's key columns
     (default: those of the events' ``__debezium_oldkey``; none for a keyless table).
     ``snapshot_seq``: the last snapshot window among the pending ones (a tag of kind
-    ``snapshot`` is one), from the commit log: a snapshot window cannot be told from its events."""
+    ``snapshot`` is one), from the commit log: a snapshot window cannot be told from its events.
+    ``engine``: whose operations run the fold (default :class:`SparkFold` of ``spark``; the
+    Arrow one is :class:`.state_arrow.ArrowFold`): the decisions and the table's commits are
+    these, whichever it is."""
+    engine = engine or SparkFold(spark)
     held = state.current_window_seq()
     if held is not None and held >= tag.window_seq:
         return MergeResult(state.name, UNCHANGED, held)
@@ -83,26 +123,24 @@ def merge_windows(
         snapshot_seq = max(snapshot_seq or 0, tag.window_seq)
     reset = snapshot_seq is not None and (held is None or snapshot_seq > held)
     if events is not None:
-        events = _pending(events, snapshot_seq if reset else (held + 1 if held is not None else None), tag.window_seq)
-    keys = _keys(events, keys)
+        first = snapshot_seq if reset else (held + 1 if held is not None else None)
+        events = engine.pending(events, first, tag.window_seq)
+    keys = engine.keys(events, keys)
     if reset or not state.exists():
-        return _rewrite(spark, events, state, tag, keys, None, "snapshot" if reset else "new table")
+        return _rewrite(engine, events, state, tag, keys, None, "snapshot" if reset else "new table")
     if events is None:
         return MergeResult(state.name, EMPTY, tag.window_seq)
-    events = events.persist()  # read by several jobs below
-    try:
-        truncated, count = _shape(events)
+    with engine.held(events) as events:
+        truncated, count = engine.shape(events)
         if count == 0:
             return MergeResult(state.name, EMPTY, tag.window_seq)
         if truncated:
             # The fold drops the base at the truncate; an empty base of the table's schema keeps
             # the columns the rebuild's (whole) base would have contributed.
-            return _rewrite(spark, events, state, tag, keys, _to_spark(spark, state.schema().empty_table()), "truncate")
+            return _rewrite(engine, events, state, tag, keys, state.schema().empty_table(), "truncate")
         if not keys:
-            return _rewrite(spark, events, state, tag, keys, _to_spark(spark, state.read_version()), "keyless")
-        return _merge(spark, events, state, tag, keys)
-    finally:
-        events.unpersist()
+            return _rewrite(engine, events, state, tag, keys, state.read_version(), "keyless")
+        return _merge(engine, events, state, tag, keys)
 
 
 def read_state_as_of(state: StateTable, window_seq: int) -> pa.Table:
@@ -111,17 +149,17 @@ def read_state_as_of(state: StateTable, window_seq: int) -> pa.Table:
     return state.read_version(state.version_for_window(window_seq))
 
 
-def _merge(spark: Any, events: Any, state: StateTable, tag: WindowTag, keys: list[str]) -> MergeResult:
-    key_values = plain_types(_affected_keys(events, keys).toArrow())
+def _merge(engine: Any, events: Any, state: StateTable, tag: WindowTag, keys: list[str]) -> MergeResult:
+    key_values = plain_types(engine.affected_keys(events, keys))
     base = state.read_keys(keys, key_values)
-    folded = fold(spark, events, _to_spark(spark, base))
-    new_rows = plain_types(folded.toArrow())
+    new_rows = plain_types(engine.fold(events, base))
     commit = state.commit_merge(new_rows, base.select(keys), tag, keys=keys)
     deleted = len(rows_with_keys(base.select(keys), keys, new_rows, keep=False))
     log.info(
-        "state table %s at window %s: %d keys affected, %d rows written, %d deleted (%s)",
+        "state table %s at window %s (%s): %d keys affected, %d rows written, %d deleted (%s)",
         state.name,
         tag.window_id,
+        engine.label,
         len(key_values),
         len(new_rows),
         deleted,
@@ -132,18 +170,25 @@ def _merge(spark: Any, events: Any, state: StateTable, tag: WindowTag, keys: lis
 
 
 def _rewrite(
-    spark: Any, events: Any, state: StateTable, tag: WindowTag, keys: list[str], base: Any, reason: str
+    engine: Any, events: Any, state: StateTable, tag: WindowTag, keys: list[str], base: pa.Table | None, reason: str
 ) -> MergeResult:
-    folded = fold(spark, events, base)
+    folded = engine.fold(events, base)
     if folded is None:  # no events at all (an empty snapshot window, say)
         current = state.schema()
         if current is None:
             return MergeResult(state.name, EMPTY, tag.window_seq, reason=reason)
         rows = current.empty_table()
     else:
-        rows = plain_types(folded.toArrow())
+        rows = plain_types(folded)
     commit = state.overwrite(rows, tag, keys=keys)
-    log.info("state table %s at window %s: rewritten (%s), %d rows", state.name, tag.window_id, reason, len(rows))
+    log.info(
+        "state table %s at window %s (%s): rewritten (%s), %d rows",
+        state.name,
+        tag.window_id,
+        engine.label,
+        reason,
+        len(rows),
+    )
     return MergeResult(state.name, REWRITTEN, tag.window_seq, commit, reason, rows_written=len(rows))
 
 

@@ -35,15 +35,16 @@ def ratio(output: str, label: str) -> float:
 
 def test_stream_window_benchmark():
     out = run("stream_window.py", "--changes", "3000", "--repeat", "1", "--chunk", "1000")
-    ratio(out, "ratio window/limit")
+    for reader in ("stream", "sql"):
+        ratio(out, f"ratio window[{reader}]/limit")
+        ratio(out, f"ratio window[{reader}]/pg_recvlogical")
     ratio(out, "ratio pg_recvlogical/limit")
-    ratio(out, "ratio window/pg_recvlogical")
     assert "raw decode rows (peek): 3" in out  # 3,000 changes plus BEGIN/COMMIT rows
-    assert "SparkSession started by the window: False" in out
+    assert "pyspark imported by a window: False" in out
 
 
 def test_backlog_scaling_benchmark():
-    out = run("backlog_scaling.py", "--changes", "1500", "--repeat", "1", "--chunk", "1000")
+    out = run("backlog_scaling.py", "--changes", "1500", "--repeat", "1", "--chunk", "1000", "--reader", "sql")
     ratio(out, "time ratio 4N/N")
     ratio(out, "peak RSS ratio 4N/N")
     assert re.search(r"\| 6,000 \|", out), out

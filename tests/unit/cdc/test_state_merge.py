@@ -26,6 +26,7 @@ from airflow_provider_cdc.cdc.sinks.formats import WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import spark_read_merged
 from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK
 from airflow_provider_cdc.cdc.state import fold
+from airflow_provider_cdc.cdc.state_arrow import ArrowFold, read_parquet_arrow
 from airflow_provider_cdc.cdc.state_merge import merge_windows, read_state_as_of
 from airflow_provider_cdc.cdc.state_tables import DeltaStateTable, IcebergStateTable, StateTable, plain_types
 
@@ -102,6 +103,10 @@ class EventLog:
         if span not in self._read:
             self._read[span] = spark_read_merged(spark, [p for s, p in self.paths.items() if span[0] <= s <= span[1]])
         return self._read[span]
+
+    def events_arrow(self, since: int = 1) -> Any:
+        """The same events, read as the Arrow engine reads them (state_arrow.read_parquet_arrow)."""
+        return read_parquet_arrow([p for s, p in self.paths.items() if since <= s <= self.seq])
 
     def last_snapshot(self, upto: int) -> int:
         return max((s for s, k in self.kinds.items() if k == "snapshot" and s <= upto), default=1)
@@ -184,9 +189,13 @@ def apply(spark, log: EventLog, states: dict[str, StateTable], **kwargs: Any) ->
     expected = log.rebuild(spark)
     results = {}
     for fmt, state in states.items():
-        # The pending window's events, as apply_windows reads them.
-        events = log.events(spark, since=log.seq)
-        results[fmt] = merge_windows(spark, events, state, tag=log.tag(), keys=log.keys or None, **kwargs)
+        # The pending window's events, as apply_windows reads them; "<format>+arrow": the Arrow engine's.
+        arrow = fmt.endswith("+arrow")
+        events = log.events_arrow(since=log.seq) if arrow else log.events(spark, since=log.seq)
+        engine = ArrowFold() if arrow else None
+        results[fmt] = merge_windows(
+            spark, events, state, tag=log.tag(), keys=log.keys or None, engine=engine, **kwargs
+        )
         assert rows_of(state.read_version()) == expected, f"{fmt} after window {log.seq}: {results[fmt]}"
     return results
 
@@ -198,6 +207,8 @@ def apply(spark, log: EventLog, states: dict[str, StateTable], **kwargs: Any) ->
 def test_merge_equals_the_rebuild_after_every_window(spark, tmp_path):
     log = EventLog(tmp_path / "events", {"id": pa.int32(), "title": pa.string(), "body": pa.string()}, ["id"])
     states = {fmt: state_table(fmt, tmp_path, target_file_size=4096) for fmt in FORMATS}
+    # The same windows merged by the Arrow engine (state_arrow.ArrowFold) into tables of their own.
+    states |= {f"{fmt}+arrow": state_table(fmt, tmp_path / "arrow", target_file_size=4096) for fmt in FORMATS}
     doc = {i: {"id": i, "title": f"doc {i}", "body": f"body {i}" * 50} for i in range(1, 9)}
 
     log.snapshot(list(doc.values()))

@@ -35,6 +35,18 @@ TEXT, NULL, UNCHANGED = 0x74, 0x6E, 0x75
 TRUNCATE_ROW = b"T"
 
 
+def _byte_set(*members: int) -> np.ndarray:
+    """A lookup table of bytes: ``table[array]`` is ``np.isin(array, members)`` for uint8 arrays,
+    a third faster (0.6 against 0.9 ms for a 50 000-row chunk of 9 columns)."""
+    table = np.zeros(256, bool)
+    table[list(members)] = True
+    return table
+
+
+_ROW_KINDS = _byte_set(INSERT, UPDATE, DELETE, TRUNCATE)
+_VALUE_KINDS = _byte_set(TEXT, NULL, UNCHANGED)
+
+
 class MalformedRow(DecodingError):
     """A row message that does not parse; ``row`` is its index in the chunk."""
 
@@ -46,13 +58,11 @@ class MalformedRow(DecodingError):
 @dataclass(frozen=True)
 class TupleImage:
     """One tuple image (old or new) of ``n`` rows, column-major: ``kinds[j, i]`` is the kind of
-    column ``j`` in row ``i`` (``t``/``n``/``u``; ``n`` for rows without this image), and
-    ``starts``/``lengths`` locate its text in the chunk buffer."""
+    column ``j`` in row ``i`` (``t``/``n``/``u``; ``n`` for rows without this image). Where its
+    text is in the chunk buffer is in :attr:`RowMessages.values`."""
 
     present: np.ndarray  # bool (n,)
     kinds: np.ndarray  # uint8 (width, n)
-    starts: np.ndarray  # int64 (width, n)
-    lengths: np.ndarray  # int64 (width, n)
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,10 @@ class RowMessages:
     kinds: np.ndarray  # uint8 (n,): I/U/D/T
     old: TupleImage
     new: TupleImage
+    # Every value of the chunk as one binary array over ``buffer``, without copying: values and
+    # the bytes between them (headers) alternate as elements, in buffer order (row by row; old
+    # tuple, then new tuple), so a column is one ``take`` (:meth:`text`).
+    values: pa.Array
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -72,38 +86,13 @@ class RowMessages:
         rows without the image). Raises :class:`DecodingError` on text that is not UTF-8."""
         width = image.kinds.shape[0]
         which = 0 if image is self.old else 1
-        # element index of each row's value in ``_values``: rows are 4 * width elements apart
+        # element index of each row's value in ``values``: rows are 4 * width elements apart
         index = np.arange(1 + 2 * (which * width + column), 4 * width * len(self) + 1, 4 * width)
-        values = self._values().take(pa.array(index))
+        values = self.values.take(pa.array(index))
         try:
             return values.cast(pa.string())
         except pa.ArrowInvalid as exc:
             raise DecodingError(f"a text column value is not valid UTF-8 ({exc}); the database must use UTF8") from None
-
-    def _values(self) -> pa.Array:
-        """Every value of the chunk as one Arrow binary array over the chunk buffer, without
-        copying: values and the bytes between them (headers) alternate as elements, in buffer
-        order (row by row; old tuple, then new tuple). A column is then one ``take``."""
-        cached = self.__dict__.get("_values_array")
-        if cached is not None:
-            return cached
-        n, width = len(self), self.old.kinds.shape[0]
-        if len(self.buffer) > _INT32_LIMIT:
-            raise DecodingError(f"a chunk of {len(self.buffer)} bytes is too large; lower max_changes_per_chunk")
-        bounds = np.empty((n, 2, width, 2), np.int32)
-        valid = np.ones((n, 2, width, 2), bool)
-        for m, image in enumerate((self.old, self.new)):
-            bounds[:, m, :, 0] = image.starts.T
-            bounds[:, m, :, 1] = (image.starts + image.lengths).T
-            valid[:, m, :, 1] = (image.kinds == TEXT).T
-        offsets = np.concatenate([np.zeros(1, np.int32), bounds.ravel()])
-        array = pa.Array.from_buffers(
-            pa.binary(),
-            len(offsets) - 1,
-            [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets), pa.py_buffer(self.buffer)],
-        )
-        object.__setattr__(self, "_values_array", array)
-        return array
 
 
 _INT32_LIMIT = 2**31 - 1
@@ -115,7 +104,7 @@ def decode_rows(payloads: list[bytes], width: int) -> RowMessages:
     Raises :class:`DecodingError` naming the first malformed message (by its index) if any
     message is malformed; nothing is partially returned."""
     sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-    return decode_buffer(np.frombuffer(b"".join(payloads), dtype=np.uint8), sizes, width)
+    return decode_buffer(np.frombuffer(b"".join([*payloads, PADDING]), dtype=np.uint8), sizes, width)
 
 
 def decode_array(payloads: pa.Array, width: int) -> RowMessages:
@@ -143,16 +132,23 @@ def binary_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values
 
 
+#: Zero bytes after a chunk's messages: the walk reads 4 bytes at a time, up to the last byte.
+#: A buffer that ends with them is decoded without a padded copy.
+PADDING = bytes(4)
+
+
 def decode_buffer(buffer: np.ndarray, sizes: np.ndarray, width: int) -> RowMessages:
     """:func:`decode_rows` of messages stored back to back in ``buffer`` (``sizes``: each one's
-    length in bytes)."""
+    length in bytes), which may end with :data:`PADDING` after them (saves a copy)."""
     n = len(sizes)
+    if len(buffer) > _INT32_LIMIT:  # the values' offsets are int32
+        raise DecodingError(f"a chunk of {len(buffer)} bytes is too large; lower max_changes_per_chunk")
     ends = np.cumsum(sizes)
     starts = ends - sizes
     if n and sizes.min() < 1:
         raise MalformedRow("empty pgoutput message", int(np.argmin(sizes)))
     kinds = buffer[starts] if n else np.zeros(0, np.uint8)
-    _check(np.isin(kinds, (INSERT, UPDATE, DELETE, TRUNCATE)), "is not an Insert, Update or Delete", kinds)
+    _check(_ROW_KINDS[kinds], "is not an Insert, Update or Delete", kinds)
     tupled = kinds != TRUNCATE
     _check(~tupled | (sizes >= 6), "is too short for a row message", kinds)
     _check(tupled | (sizes == 1), "has trailing bytes after a truncate marker", kinds)
@@ -161,25 +157,52 @@ def decode_buffer(buffer: np.ndarray, sizes: np.ndarray, width: int) -> RowMessa
     has_old = tupled & ((marker == _KEY) | (marker == _OLD)) & (kinds != INSERT)
     _check(~(kinds == DELETE) | has_old, "(a Delete) has no 'K' or 'O' tuple", kinds)
     _check(~(kinds == INSERT) | (marker == _NEW), "(an Insert) has no 'N' tuple", kinds)
-    old, old_end = _parse_image(buffer, starts + 6, ends, has_old, width, absent_at=starts)
+    # The values' offsets are written in place by the walks, after a leading 0: for each row, old
+    # then new image, for each column its start and end (see RowMessages.values). Two int32 per
+    # (row, column, image) is all the position memory a decode holds.
+    offsets = np.empty(1 + n * 2 * width * 2, np.int32)
+    offsets[0] = 0
+    bounds = offsets[1:].reshape(n, 2, width, 2)
+    total = int(ends[-1]) if n else 0
+    padded = buffer[: total + 4]
+    if len(padded) < total + 4 or padded[total:].any():
+        padded = np.concatenate([buffer[:total], np.zeros(4, np.uint8)])
+    old, old_end = _parse_image(padded, starts + 6, ends, has_old, width, absent_at=starts, bounds=bounds[:, 0])
 
     wants_new = tupled & (kinds != DELETE)
     new_marker_at = np.where(has_old, old_end, starts + 5)
     _check(~wants_new | (new_marker_at < ends), "ends before its new tuple", kinds)
     new_marker = buffer[np.where(wants_new, new_marker_at, starts)] if n else kinds
     _check(~wants_new | (new_marker == _NEW), "has no 'N' tuple where one is due", kinds)
-    new, new_end = _parse_image(buffer, new_marker_at + 1, ends, wants_new, width, absent_at=ends)
+    new, new_end = _parse_image(padded, new_marker_at + 1, ends, wants_new, width, absent_at=ends, bounds=bounds[:, 1])
+    del padded
 
     final = np.where(wants_new, new_end, old_end)
     _check(~tupled | (final == ends), "has trailing bytes after its last tuple", kinds)
-    return RowMessages(buffer, kinds, old, new)
+    valid = np.ones((n, 2, width, 2), bool)
+    valid[:, 0, :, 1] = (old.kinds == TEXT).T
+    valid[:, 1, :, 1] = (new.kinds == TEXT).T
+    values = pa.Array.from_buffers(
+        pa.binary(),
+        len(offsets) - 1,
+        [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets), pa.py_buffer(buffer)],
+    )
+    return RowMessages(buffer, kinds, old, new, values)
 
 
 def _parse_image(
-    buffer: np.ndarray, at: np.ndarray, ends: np.ndarray, rows: np.ndarray, width: int, *, absent_at: np.ndarray
+    padded: np.ndarray,
+    at: np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    width: int,
+    *,
+    absent_at: np.ndarray,
+    bounds: np.ndarray,
 ) -> tuple[TupleImage, np.ndarray]:
-    """Walk the tuples starting at ``at`` for the ``rows`` that have one; returns the image and
-    where each tuple ends.
+    """Walk the tuples starting at ``at`` for the ``rows`` that have one (``padded``: the chunk
+    buffer and 4 zero bytes); returns the image and where each tuple ends, and writes each
+    value's start and end into ``bounds`` (int32, ``(n, width, 2)``).
 
     The walk is optimistic: every read is clipped to the buffer, and the checks run once at the
     end. Positions only move forward (a text value moves by 5 + its length, clamped at 0,
@@ -188,16 +211,17 @@ def _parse_image(
 
     Every (row, column) gets a start in buffer order, also where there is no value (a NULL
     starts after its kind byte, a missing image at ``absent_at``, both with length 0), so that
-    all values of a chunk form one monotonic sequence (see :meth:`RowMessages._values`)."""
+    all values of a chunk form one monotonic sequence (see :attr:`RowMessages.values`)."""
     n = len(at)
     kinds = np.full((width, n), NULL, np.uint8)
-    starts = np.repeat(absent_at[None, :], width, axis=0) if width else np.zeros((0, n), np.int64)
-    lengths = np.zeros((width, n), np.int64)
     index = np.flatnonzero(rows)
     full = len(index) == n  # every row has this image: no scatter needed
+    # (width, n) here, written to ``bounds`` at the end: column by column into its strided view is slower
+    starts = np.repeat(absent_at[None, :].astype(np.int32), width, axis=0) if width else np.zeros((0, n), np.int32)
+    stops = starts.copy()
     pos = at if full else at[index]
     limit = ends if full else ends[index]
-    padded = np.concatenate([buffer, np.zeros(4, np.uint8)])  # 4-byte reads at the last position
+    negative = np.zeros(len(index), bool)
     words = np.lib.stride_tricks.sliding_window_view(padded, 4)
     last = len(words) - 1
     # (take(mode="clip") on the strided window view would copy the whole view first)
@@ -214,20 +238,23 @@ def _parse_image(
         # A negative length is reported below; the walk itself never moves backwards, so no
         # read can land before the buffer.
         pos = start + np.maximum(length, 0)
+        negative |= length < 0
         if full:
-            kinds[j], starts[j], lengths[j] = kind, start, length
+            kinds[j], starts[j], stops[j] = kind, start, start + length
         else:
-            kinds[j, index], starts[j, index], lengths[j, index] = kind, start, length
+            kinds[j, index], starts[j, index], stops[j, index] = kind, start, start + length
     # A negative length is checked first (what follows it is garbage); then the end, then the kinds.
-    _check_rows(((lengths if full else lengths[:, index]) >= 0).all(axis=0), index, "has a negative value length")
+    _check_rows(~negative, index, "has a negative value length")
     _check_rows(pos <= limit, index, "has a tuple that runs past its end")
     present = kinds if full else kinds[:, index]
-    if not np.isin(present, (TEXT, NULL, UNCHANGED)).all():
+    if not _VALUE_KINDS[present].all():
         _check_rows(~(present == 0x62).any(axis=0), index, "has binary column values, which were not requested")
-        _check_rows(np.isin(present, (TEXT, NULL, UNCHANGED)).all(axis=0), index, "has an unknown column kind")
+        _check_rows(_VALUE_KINDS[present].all(axis=0), index, "has an unknown column kind")
+    bounds[:, :, 0] = starts.T
+    bounds[:, :, 1] = stops.T
     end = np.zeros(n, np.int64)
     end[index] = pos
-    return TupleImage(rows, kinds, starts, lengths), end
+    return TupleImage(rows, kinds), end
 
 
 def _check(ok: np.ndarray, problem: str, kinds: np.ndarray) -> None:

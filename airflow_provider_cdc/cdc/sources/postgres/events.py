@@ -396,11 +396,8 @@ class StreamEventBuffer:
         payloads, lsns, txs, totals, orders = (list(c) for c in zip(*self._parts))
         self.lsns = np.concatenate(lsns)  # (for errors) the buffer is used up: its parts go now
         self._parts = []
-        # one copy of the messages at a time: the parts are released once concatenated
-        messages = payloads[0] if len(payloads) == 1 else pa.concat_arrays(payloads)
-        del payloads
         return (
-            columnar.decode_array(messages, self.width),
+            _joined(payloads, self.width),
             pa.array(np.concatenate(txs), pa.int32()),
             pa.array(self.lsns, pa.int64()),
             pa.array(np.concatenate(totals), pa.int64()),
@@ -513,6 +510,25 @@ class StreamEventBuffer:
             text = encoder.repaired(key_index, pa.array(transposed[column_index], pa.binary()).cast(pa.string()))
             children.append(cast_text(text, codec, column=column.name, table=encoder.table.ref.data_collection))
         return encoder.layout.key_struct(children, present)
+
+
+def _joined(parts: list[pa.Array], width: int) -> columnar.RowMessages:
+    """The row messages of ``parts`` (binary arrays, in order; the list is emptied), decoded as
+    one chunk. Each part is copied into the chunk's buffer and released at once, so the messages
+    are held about once, not twice (``concat_arrays`` holds every part until it returns); the
+    buffer ends with the decoder's padding, so it is not copied again."""
+    sizes = np.concatenate([np.diff(columnar.binary_buffers(part)[0]) for part in parts])
+    total = int(sizes.sum())
+    buffer = np.empty(total + len(columnar.PADDING), np.uint8)
+    buffer[total:] = 0
+    at = 0
+    parts.reverse()
+    while parts:
+        offsets, values = columnar.binary_buffers(parts.pop())
+        end = at + int(offsets[-1] - offsets[0])
+        buffer[at:end] = values[offsets[0] : offsets[-1]]
+        at = end
+    return columnar.decode_buffer(buffer, sizes, width)
 
 
 class MessageBuffer:

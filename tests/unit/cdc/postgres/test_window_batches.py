@@ -336,3 +336,63 @@ def test_a_key_change_that_fills_a_chunk_keeps_its_create(cls):
     events = [e for topics, _ in out.calls for b in topics.get("pg.public.a", []) for e in b.to_pylist()]
     assert [(e["op"], e["transaction"]["total_order"]) for e in events] == [("c", 1), ("d", 2), ("c", 3)]
     assert stats.changes == 3 and stats.key_changes == 1
+
+
+# -- memory of a chunk's decode ------------------------------------------------------------------
+
+WIDE = 9  # the bench table's width (bench/workload.py)
+
+
+def _wide_chunk(n: int) -> list[bytes]:
+    row = tuple(b"value %d of the row" % j for j in range(WIDE))
+    return [encode(Update(7, "K", row, row) if i % 3 == 0 else Insert(7, row)) for i in range(n)]
+
+
+def test_a_decoded_chunk_holds_two_int32_per_value():
+    """What a decoded chunk keeps while its events are built (beside the messages themselves):
+    each value's start and end as int32 and the kind bytes, about 18 bytes per column of a row.
+    It held int64 starts and lengths and then int32 offsets as well (~51 bytes per column)."""
+    import tracemalloc
+
+    n = 20_000
+    array = pa.array(_wide_chunk(n), pa.binary())  # Arrow memory: not traced
+    tracemalloc.start()
+    try:
+        rows = columnar.decode_array(array, WIDE)
+        texts = [rows.text(image, j) for image in (rows.old, rows.new) for j in range(WIDE)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert texts[0].to_pylist()[:2] == ["value 0 of the row", None]  # old image: the Update's only
+    assert texts[WIDE].to_pylist()[:2] == ["value 0 of the row"] * 2
+    assert held / (n * WIDE) <= 20, f"{held / (n * WIDE):.0f} bytes per column of a row"
+
+
+def test_a_chunk_of_many_parts_is_joined_without_a_second_copy():
+    """The parts a columnar collector adds (one per run of a batch) are released as they are
+    copied into the chunk's buffer: Arrow memory peaks at the parts, not at the parts and their
+    concatenation (``concat_arrays``: two copies of the chunk's messages at once)."""
+    import numpy as np
+
+    from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer, TableEncoder
+
+    table = TABLES[TableRef("public", "a")]
+    payloads = [encode(Insert(CAPTURED_A, (b"%d" % i, b"x" * 200))) for i in range(20_000)]
+    pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        buffer = StreamEventBuffer(TableEncoder(table, table.columns, EventSettings()), None)  # type: ignore[arg-type]
+        for part in range(20):
+            rows = payloads[part * 1000 : (part + 1) * 1000]
+            zeros = np.zeros(len(rows), np.int64)
+            buffer.add_many(pa.array(rows, pa.binary()), zeros, zeros, zeros, zeros)
+        parts = pool.bytes_allocated()
+        before = pool.max_memory()
+        assert before <= parts * 1.1  # nothing else allocated so far
+        decoded = buffer._decoded()[0]
+        peak = pool.max_memory()
+    finally:
+        pa.set_memory_pool(previous)
+    assert len(decoded) == len(payloads)
+    assert peak <= parts * 1.3, f"Arrow memory peaked at {peak / parts:.2f} x the chunk's parts"
