@@ -181,6 +181,19 @@ def terminate_walsender(db: CaptureDatabase, slot: str) -> int:
     return pid
 
 
+def terminate_sql_reader(db: CaptureDatabase, slot: str) -> int:
+    """``pg_terminate_backend`` on the session reading ``slot`` through the SQL functions (the
+    slot is active only while the server decodes; the session then sends the result)."""
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s",
+            (f"%pg_logical_slot_peek_binary_changes(E'{slot}'%",),
+        ).fetchone()
+        assert row is not None, f"slot {slot} is not being read through SQL"
+        assert conn.execute("SELECT pg_terminate_backend(%s)", (row[0],)).fetchone()[0]
+    return row[0]
+
+
 def assert_transient(exc: BaseException | None) -> str:
     """A retryable error (Airflow retries everything but AirflowFailException); its text."""
     assert exc is not None
@@ -211,9 +224,13 @@ def assert_each_window_committed_once(capture: CrashCapture) -> None:
 # -- 1. connection dropped ------------------------------------------------------------------------
 
 
-def test_connection_dropped_mid_window_fails_clearly_and_retry_succeeds(recovery_db, tmp_path):
+@pytest.mark.parametrize("reader", ["stream", "sql"])
+def test_connection_dropped_mid_window_fails_clearly_and_retry_succeeds(recovery_db, tmp_path, reader):
+    """The session reading the window is terminated mid-window: the walsender (streaming reader)
+    or the backend sending the peek's result (SQL reader)."""
     db, conn_id = recovery_db
-    capture = CrashCapture(db, conn_id, "shop", tmp_path, KEYS, chunk=CHUNK)
+    capture = CrashCapture(db, conn_id, "shop", tmp_path, KEYS, chunk=CHUNK, overrides={"window_reader": reader})
+    terminate = terminate_walsender if reader == "stream" else terminate_sql_reader
     attempts = Attempts(capture)
     errors: dict = {}
     dag = recovery_dag(f"drop_{db.name}", capture, errors, retries=1, attempts=attempts)
@@ -222,7 +239,7 @@ def test_connection_dropped_mid_window_fails_clearly_and_retry_succeeds(recovery
 
     made = bulk_insert(db)
     killed: list[int] = []
-    killer = WhenWindowWrites(tmp_path, 3, lambda: killed.append(terminate_walsender(db, capture.slot)))
+    killer = WhenWindowWrites(tmp_path, 3, lambda: killed.append(terminate(db, capture.slot)))
     killer.start()
     result = af.run(dag, 1, errors=errors)
     killer.stop.set()
@@ -233,8 +250,12 @@ def test_connection_dropped_mid_window_fails_clearly_and_retry_succeeds(recovery
     (failed,) = attempts.retried
     assert failed["task_id"] == "window" and failed["try_number"] == 1 and window_tries(dag, 1) == 2
     message = assert_transient(failed["exception"])
-    assert "lost the replication connection" in message and "retry streams the same changes again" in message
-    assert "terminating connection due to administrator command" in message, message
+    if reader == "stream":
+        assert "lost the replication connection" in message and "retry streams the same changes again" in message
+        assert "terminating connection due to administrator command" in message, message
+    else:  # libpq in COPY mode sees the closed socket, not the server's FATAL text
+        assert f"lost the connection reading replication slot {capture.slot!r} through SQL" in message, message
+        assert "server closed the connection" in message and "a retry reads the same window again" in message
     assert db.cluster.password not in message
     pending = assert_failed_attempt_left_window_pending(
         failed, entries_before=entries_before, slot_before=slot_before, seq=3
@@ -276,9 +297,11 @@ def test_postgres_restart_mid_window(own_pg15, tmp_path):
     once but keeps walsenders until they have sent their WAL, so the window is read to its end
     and lands in the sink; the run then fails storing its offset, and the retry adopts the
     landed window. An immediate shutdown cuts the stream itself: nothing lands and the retry
-    reads the window again. Either way nothing is lost or duplicated."""
+    reads the window again. Either way nothing is lost or duplicated. (The walsender's behaviour:
+    the streaming reader; a session of the SQL reader is an ordinary one, terminated mid-window as
+    in the dropped-connection test.)"""
     db, conn_id = own_pg15
-    capture = CrashCapture(db, conn_id, "shop", tmp_path, KEYS, chunk=CHUNK)
+    capture = CrashCapture(db, conn_id, "shop", tmp_path, KEYS, chunk=CHUNK, overrides={"window_reader": "stream"})
     restarts: list[WhenWindowWrites] = []
     # Airflow retries at once (retry_delay=0): let the server finish coming back first.
     attempts = Attempts(capture, before_retry=lambda: restarts[-1].join(timeout=120))

@@ -318,6 +318,11 @@ def sql_error(slot: str, exc: BaseException, info: PgConnectionInfo) -> CdcError
             "then temporary files of about the decoded output's size); window_reader='stream' reads it without"
         )
     error = _classify_start_error(slot, message, code)
+    if type(error) is CdcTransientError and any(sign in message for sign in _LOST_SIGNS):
+        return CdcTransientError(
+            f"lost the connection reading replication slot {slot!r} through SQL: {message}. Nothing was "
+            "acknowledged: a retry reads the same window again"
+        )
     if type(error) is CdcTransientError:  # not one of the slot's known states
         return CdcTransientError(f"reading replication slot {slot!r} through SQL failed: {message}")
     return error
@@ -343,6 +348,11 @@ _RESOURCE_SIGNS = (
     "out of memory",
     "could not extend file",
 )
+
+
+#: A session ended under the reader (terminated, server shut down): libpq in COPY mode reports the
+#: closed socket, not the server's FATAL text.
+_LOST_SIGNS = ("server closed the connection", "terminating connection", "connection to server was lost")
 
 
 def _sqlstate_of(message: str) -> bytes | None:
