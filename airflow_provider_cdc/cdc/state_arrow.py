@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import Topic
@@ -172,7 +171,9 @@ def _files(uris: list[str]) -> list[tuple[Any, str]]:
 def read_parquet_arrow(uris: list[str]) -> pa.Table | None:
     """Parquet files or dataset directories as one table, schemas merged by name (as Spark's reader
     of the state job merges them); None if there are no files."""
-    tables = [ds.dataset(path, filesystem=fs, format="parquet").to_table() for fs, path in _files(uris)]
+    from airflow_provider_cdc.cdc.sinks.reader import read_parquet_file
+
+    tables = [read_parquet_file(fs, path) for fs, path in _files(uris)]
     if not tables:
         return None
     schema = merge_schemas([t.schema for t in tables])
@@ -191,7 +192,6 @@ def read_windows_arrow(
     """As :func:`.reader.read_windows_spark`, as an Arrow table: the rows of ``topic`` in ``windows``."""
     from airflow_provider_cdc.cdc.sinks.reader import committed_table_rows, table_format_of
     from airflow_provider_cdc.cdc.sinks.storage import storage_for
-    from airflow_provider_cdc.cdc.state_tables import plain_types
 
     written = [(e, d) for e in windows if (d := e.dataset(topic)) is not None and d.events]
     if not written:
@@ -199,6 +199,8 @@ def read_windows_arrow(
     if table_format_of(committed) is None:
         storage = storage_for(sink_path)
         return read_parquet_arrow([storage.dataset_uri(d.path) for _, d in written])
+    from airflow_provider_cdc.cdc.state_tables import plain_types  # lake tables only (it imports pyarrow.dataset)
+
     rows = committed_table_rows(sink_path, topic_prefix, topic, [e for e, _ in written], table_catalog)
     return None if rows is None else plain_types(rows)
 

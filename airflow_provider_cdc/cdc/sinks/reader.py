@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.errors import CdcStateError
@@ -115,7 +114,7 @@ def read_topic_arrow(
     if not paths:
         return None
     files = sorted(_parquet_files(paths), key=lambda file: file[1])
-    tables = [ds.dataset(f, filesystem=fs, format="parquet").to_table() for fs, f in files]
+    tables = [read_parquet_file(fs, f) for fs, f in files]
     if not tables:
         return None
     schema = merge_schemas([t.schema for t in tables])
@@ -124,16 +123,48 @@ def read_topic_arrow(
 
 def _parquet_files(dataset_uris: list[str]) -> list[tuple[Any, str]]:
     """Every Parquet file of the datasets, with the file system that reads it (an object store's
-    URI is opened with its own client, verbatim; others as Arrow reads them)."""
+    URI is opened with its own client, verbatim; others as Arrow reads them): the files
+    ``pyarrow.dataset`` finds (names starting with ``.`` or ``_`` skipped), without importing it
+    (~1 s of a task's CPU: its import makes pyarrow import pandas, apache/arrow#34994)."""
+    from pyarrow import fs as pafs
+
     files = []
     for uri in dataset_uris:
         if is_object_store(uri):
             filesystem, path = object_store.filesystem(uri)
-            dataset = ds.dataset(path, filesystem=filesystem, format="parquet")
         else:
-            dataset = ds.dataset(uri, format="parquet")
-        files += [(dataset.filesystem, f) for f in dataset.files]
+            filesystem, path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+        files += [(filesystem, f) for f in _files_under(filesystem, path)]
     return files
+
+
+def _files_under(filesystem: Any, path: str) -> list[str]:
+    """``path`` if it is a file, else the files below it whose relative path has no part starting
+    with ``.`` or ``_`` (``pyarrow.dataset``'s default ``ignore_prefixes``); missing: an error."""
+    from pyarrow import fs as pafs
+
+    info = filesystem.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(path)
+    if info.type == pafs.FileType.File:
+        return [path]
+    base = path.rstrip("/")
+    found = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+    return [
+        f.path
+        for f in found
+        if f.type == pafs.FileType.File
+        and not any(part.startswith((".", "_")) for part in f.path[len(base) :].strip("/").split("/"))
+    ]
+
+
+def read_parquet_file(filesystem: Any, path: str) -> pa.Table:
+    """One Parquet file as a table, as ``pyarrow.dataset`` reads it, through ``pq.ParquetFile``
+    (``pq.read_table`` imports ``pyarrow.dataset``)."""
+    import pyarrow.parquet as pq
+
+    with filesystem.open_input_file(path) as source:
+        return pq.ParquetFile(source).read()
 
 
 def read_topic_spark(
