@@ -125,7 +125,7 @@ def get_provider_info() -> dict:
     return {
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
-        "description": "Change data capture as scheduled, bounded batches: PostgreSQL logical "
+        "description": "Change data capture as scheduled, bounded windows: PostgreSQL logical "
         "replication, SQL Server CDC and YugabyteDB (logical replication or its CDC service) to "
         "Debezium-compatible change "
         "events, run on Spark.",
@@ -190,8 +190,12 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "PostgreSQL change capture",
                 "python-modules": [
-                    "airflow_provider_cdc.operators.cdc",
-                    "airflow_provider_cdc.operators.postgres_cdc",
+                    "airflow_provider_cdc.operators.base",
+                    "airflow_provider_cdc.operators.landing",
+                    "airflow_provider_cdc.operators.setup",
+                    "airflow_provider_cdc.operators.snapshot",
+                    "airflow_provider_cdc.operators.window",
+                    "airflow_provider_cdc.operators.current_state",
                     "airflow_provider_cdc.operators.slot_maintenance",
                     "airflow_provider_cdc.operators.query_extract",
                     "airflow_provider_cdc.operators.table_maintenance",
@@ -209,7 +213,7 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "PostgreSQL change capture",
-                "python-modules": ["airflow_provider_cdc.sensors.cdc", "airflow_provider_cdc.sensors.postgres_cdc"],
+                "python-modules": ["airflow_provider_cdc.sensors.cdc"],
             }
         ],
         "triggers": [

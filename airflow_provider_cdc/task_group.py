@@ -24,7 +24,7 @@ from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.operators.runs import RUN_END
+from airflow_provider_cdc.utils.runs import RUN_END
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,10 @@ def capture_task_group(
     """
     from airflow.sdk import TaskGroup
 
-    from airflow_provider_cdc.operators.cdc import (
-        CdcBatchOperator,
-        CdcCurrentStateOperator,
-        CdcSetupOperator,
-        CdcSnapshotOperator,
-    )
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
     from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
     if not isinstance(capture, Capture):
@@ -127,7 +125,7 @@ def capture_task_group(
             # After a snapshot task that is skipped once the snapshot exists.
             sensor_args.setdefault("trigger_rule", "none_failed")
             upstream = upstream >> CdcChangesSensor(task_id="interval_complete", capture=capture, **sensor_args)
-        window = CdcBatchOperator(task_id="capture_window", capture=capture, **window_args)
+        window = CdcWindowOperator(task_id="capture_window", capture=capture, **window_args)
         upstream >> window
         if state_path is not None:
             window >> CdcCurrentStateOperator(

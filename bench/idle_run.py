@@ -18,9 +18,15 @@ real scheduler (``tests/support/scheduler.py``: scheduler, DAG processor, API se
 with a few dozen changes (``shop.mutate``) before each manual run, side by side in the same
 deployment with a copy of it whose current-state task has ``state_engine="spark"`` (its own
 prefix and slot, the same changes) and a DAG of one task that does nothing (Airflow's own cost of
-a task). Per run: each task's duration (the task instance's, from the REST API), their sum, and
+a task). Per run: each task's duration (the task instance's, from the REST API) and CPU time (a
+listener plugin in the deployment measures each task process from before it parses the DAG file
+to its last report: on a shared machine the CPU says more than the wall time), their sums, which
+tasks imported pandas (pyarrow imports it on its first Arrow/NumPy conversion, ~1 s of CPU), and
 whether the task started a JVM (a watcher polls ``/proc`` for ``java`` processes of this
 deployment; a task's children inherit Airflow's ``AIRFLOW_CTX_*`` variables, which name it).
+``--without-spark`` leaves the Spark copy out (faster); ``--profile DIR`` writes each task's
+pyinstrument profile, the packages it imported and where it first imported pandas into ``DIR``
+(pyinstrument must be importable, e.g. ``PYTHONPATH`` to a ``pip install --target`` of it).
 """
 
 from __future__ import annotations
@@ -46,20 +52,18 @@ def _dag(conn_id: str, sink: str):
     from airflow.sdk import DAG
 
     from airflow_provider_cdc.capture import PostgresCapture
-    from airflow_provider_cdc.operators.postgres_cdc import (
-        PostgresCdcBatchOperator,
-        PostgresCdcSetupOperator,
-        PostgresCdcSnapshotOperator,
-    )
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
     from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
     from airflow_provider_cdc.testing import shop
 
     capture = PostgresCapture(postgres_conn_id=conn_id, tables=list(shop.TABLES), topic_prefix="shop", sink_path=sink)
     with DAG("idle_bench", schedule="@hourly", start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
-        window = PostgresCdcBatchOperator(task_id="window", capture=capture)
+        window = CdcWindowOperator(task_id="window", capture=capture)
         (
-            PostgresCdcSetupOperator(task_id="setup", capture=capture)
-            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
+            CdcSetupOperator(task_id="setup", capture=capture)
+            >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
             >> window
             >> PostgresCdcSlotHealthOperator(task_id="slot_health", capture=capture)
         )
@@ -111,6 +115,79 @@ from airflow.sdk import DAG
 
 with DAG("noop", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
     PythonOperator(task_id="noop", python_callable=lambda: None)
+"""
+
+
+# A listener plugin in the deployment: each task process's CPU time from before the DAG file is
+# parsed to after the task's last report (the machine is shared: wall time says little), the
+# packages it imported itself (the supervisor it is forked from has Airflow's own loaded already)
+# and where it first imported pandas; with --profile also a pyinstrument profile of it.
+TASK_PLUGIN = """
+import json, os, sys, time
+
+from airflow.plugins_manager import AirflowPlugin
+from airflow.sdk._shared.listeners import hookimpl
+
+OUT = os.environ["CDC_BENCH_TASKS_DIR"]
+PROFILE = os.environ.get("CDC_BENCH_PROFILE") == "1"
+
+
+class _FirstPandas:  # where the task first imported pandas (pyarrow imports it for its own checks)
+
+    stack = None
+
+    def find_spec(self, name, path, target=None):
+        if name == "pandas" and _FirstPandas.stack is None:
+            import traceback
+
+            _FirstPandas.stack = "".join(traceback.format_stack(limit=14)[:-3])
+        return None
+
+
+class _Profile:
+    task = False
+    profiler = None
+    modules = ()
+    started = cpu = 0.0
+
+    @hookimpl
+    def on_starting(self, component):
+        if type(component).__name__ != "TaskRunnerMarker":
+            return
+        _Profile.task = True
+        _Profile.modules, _Profile.started, _Profile.cpu = set(sys.modules), time.monotonic(), time.process_time()
+        sys.meta_path.insert(0, _FirstPandas())
+        if PROFILE:
+            from pyinstrument import Profiler
+
+            _Profile.profiler = Profiler(interval=0.001)
+            _Profile.profiler.start()
+
+    @hookimpl
+    def before_stopping(self, component):
+        if not _Profile.task:
+            return
+        if _Profile.profiler is not None:
+            _Profile.profiler.stop()
+        elapsed, cpu = time.monotonic() - _Profile.started, time.process_time() - _Profile.cpu
+        ctx = {k: os.environ.get("AIRFLOW_CTX_" + k, "?") for k in ("DAG_ID", "TASK_ID", "DAG_RUN_ID")}
+        name = "{DAG_ID}__{TASK_ID}__{DAG_RUN_ID}".format(**ctx).replace(":", "_").replace("+", "_")
+        name += f"__{os.getpid()}"
+        new = sorted(set(sys.modules) - _Profile.modules)
+        tops = sorted({m.split(".")[0] for m in new})
+        with open(os.path.join(OUT, name + ".txt"), "w") as out:
+            out.write(f"seconds (listener to listener): {elapsed:.3f}, CPU {cpu:.3f}\\n")
+            out.write(f"packages imported by the task: {' '.join(tops)}\\n")
+            out.write(f"pandas first imported at:\\n{_FirstPandas.stack}\\n")
+            if _Profile.profiler is not None:
+                out.write(_Profile.profiler.output_text(unicode=False, color=False, show_all=False))
+        with open(os.path.join(OUT, name + ".json"), "w") as out:
+            json.dump({**ctx, "seconds": elapsed, "cpu": cpu, "packages": tops, "modules": len(new)}, out)
+
+
+class CdcBenchTasks(AirflowPlugin):
+    name = "cdc_bench_tasks"
+    listeners = [_Profile()]
 """
 
 
@@ -166,13 +243,23 @@ def _spark_variant(source: str) -> str:
     return replaced
 
 
-def _run_report(airflow, dag_id: str, run_id: str, jvms: JvmWatch) -> dict:
-    """Each task's state, duration and whether its process started a JVM."""
+def _run_report(airflow, dag_id: str, run_id: str, jvms: JvmWatch, tasks_dir: Path) -> dict:
+    """Each task's state, duration, CPU time (the plugin's, summed over attempts), the packages it
+    imported that a small run should not need, and whether its process started a JVM."""
     time.sleep(0.5)  # one more poll of the watcher
+    measured: dict[str, list[dict]] = {}
+    for path in tasks_dir.glob("*.json"):
+        found = json.loads(path.read_text())
+        if (found["DAG_ID"], found["DAG_RUN_ID"]) == (dag_id, run_id):
+            measured.setdefault(found["TASK_ID"], []).append(found)
     tasks = {}
     for task_id, ti in airflow.task_instances(dag_id, run_id).items():
         jvm = (dag_id, run_id, task_id) in jvms.started
-        tasks[task_id] = {"state": ti["state"], "seconds": ti["duration"] or 0.0, "jvm": jvm}
+        attempts = measured.get(task_id, [])
+        heavy = sorted({p for a in attempts for p in a["packages"] if p in ("pandas", "pyspark", "py4j")})
+        cpu = sum(a["cpu"] for a in attempts) if attempts else None
+        seconds = ti["duration"] or 0.0
+        tasks[task_id] = {"state": ti["state"], "seconds": seconds, "cpu": cpu, "heavy": heavy, "jvm": jvm}
     return tasks
 
 
@@ -199,17 +286,26 @@ def scheduler_main(args: argparse.Namespace) -> int:
             "CDC_EXAMPLE_SINK_PATH": str(work / "lake"),
             "CDC_EXAMPLE_STATE_PATH": str(work / "state"),
         }
+        tasks_dir = (args.profile or work / "tasks").resolve()
+        tasks_dir.mkdir(parents=True, exist_ok=True)
+        (work / "airflow" / "plugins").mkdir(parents=True)
+        (work / "airflow" / "plugins" / "cdc_bench_tasks.py").write_text(TASK_PLUGIN)
+        env["CDC_BENCH_TASKS_DIR"] = str(tasks_dir)
+        if args.profile:
+            env["CDC_BENCH_PROFILE"] = "1"
         compared = ("postgres_cdc_hourly", "postgres_cdc_hourly_spark", "noop")
+        if args.without_spark:
+            compared = ("postgres_cdc_hourly", "noop")
         jvms = JvmWatch(work / "airflow")
         jvms.start()
         with AirflowDeployment(work / "airflow", dags, cluster, env=env) as airflow:
             for dag_id in compared:
                 airflow.wait_for_dag(dag_id)
             rows = []
-            for dag_id in compared[:2]:  # the latest hour's scheduled run: setup and initial snapshot (run 0)
+            for dag_id in compared[:-1]:  # the latest hour's scheduled run: setup and initial snapshot (run 0)
                 airflow.unpause(dag_id)
                 first = airflow.wait_for_runs(dag_id, 1)[0]
-                report = _run_report(airflow, dag_id, first["dag_run_id"], jvms)
+                report = _run_report(airflow, dag_id, first["dag_run_id"], jvms, tasks_dir)
                 rows.append((0, dag_id, first["state"], report, None, None))
             airflow.unpause("noop")
             for round_no in range(1, args.runs + 1):
@@ -219,7 +315,7 @@ def scheduler_main(args: argparse.Namespace) -> int:
                     run_id = airflow.trigger(dag_id)
                     state = airflow.wait_for_run(dag_id, run_id)["state"]
                     window = airflow.xcom(dag_id, run_id, "capture_window") if dag_id != "noop" else None
-                    report = _run_report(airflow, dag_id, run_id, jvms)
+                    report = _run_report(airflow, dag_id, run_id, jvms, tasks_dir)
                     rows.append((round_no, dag_id, state, report, window, made))
         jvms.stopped.set()
         _print_scheduler_table(rows)
@@ -235,20 +331,35 @@ def scheduler_main(args: argparse.Namespace) -> int:
 
 
 def _print_scheduler_table(rows: list) -> None:
+    """Each task's duration (its CPU time in parentheses), their sums, and per DAG the medians over
+    the hourly runs (run 0 is the initial snapshot)."""
     order = ("setup", "snapshot", "capture_window", "current_state", "slot_health", "noop")
-    print("| run | DAG | changes | " + " | ".join(order) + " | sum of task s | JVM in |")
-    print("|---|---|---|" + "---|" * len(order) + "---|---|")
-    sums: dict[str, list[float]] = {}
+    print("| run | DAG | changes | " + " | ".join(order) + " | sum of task s (CPU s) | pandas in | JVM in |")
+    print("|---|---|---|" + "---|" * len(order) + "---|---|---|")
+    sums: dict[str, list[tuple[float, float | None]]] = {}
     for round_no, dag_id, state, tasks, window, _made in rows:
-        cells = [f"{tasks[t]['seconds']:.2f}" if t in tasks else "" for t in order]
+        cells = [_cell(tasks[t]) if t in tasks else "" for t in order]
         total = sum(t["seconds"] for t in tasks.values())
+        cpus = [t["cpu"] for t in tasks.values()]
+        cpu = None if None in cpus else sum(cpus)
         if round_no:
-            sums.setdefault(dag_id, []).append(total)
+            sums.setdefault(dag_id, []).append((total, cpu))
+        pandas = ", ".join(t for t, v in tasks.items() if "pandas" in v["heavy"]) or "none"
         jvm = ", ".join(t for t, v in tasks.items() if v["jvm"]) or "none"
         changes = window.get("changes", "") if isinstance(window, dict) else ""
-        print(f"| {round_no} | {dag_id} ({state}) | {changes} | " + " | ".join(cells) + f" | {total:.2f} | {jvm} |")
-    for dag_id, totals in sums.items():  # the hourly runs (run 0 is the initial snapshot)
-        print(f"median sum of task durations, {dag_id}: {statistics.median(totals):.2f} s")
+        print(
+            f"| {round_no} | {dag_id} ({state}) | {changes} | "
+            + " | ".join(cells)
+            + f" | {_cell({'seconds': total, 'cpu': cpu})} | {pandas} | {jvm} |"
+        )
+    for dag_id, totals in sums.items():
+        cpus = [c for _, c in totals if c is not None]
+        cpu = f", of CPU {statistics.median(cpus):.2f} s" if len(cpus) == len(totals) else ""
+        print(f"median sum of task durations, {dag_id}: {statistics.median(t for t, _ in totals):.2f} s{cpu}")
+
+
+def _cell(task: dict) -> str:
+    return f"{task['seconds']:.2f}" + ("" if task.get("cpu") is None else f" ({task['cpu']:.2f})")
 
 
 def main() -> int:
@@ -256,6 +367,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="idle runs after the initial snapshot run")
     parser.add_argument("--neighbour-rows", type=int, default=20000, help="rows an unrelated table writes per hour")
     parser.add_argument("--scheduler", action="store_true", help="the example DAG under a real scheduler")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="with --scheduler: write each task's profile (pyinstrument, which must be importable) here",
+    )
+    parser.add_argument(
+        "--without-spark", action="store_true", help="with --scheduler: not the Spark copy of the DAG (faster)"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: one run, in a fresh process
     args = parser.parse_args()
     if args.scheduler:

@@ -1,15 +1,16 @@
-"""What every capture has, whatever its source: the configuration base and one run's session.
+"""What every capture has, whatever its source: the configuration base (one run's session is
+:mod:`.source_run`).
 
 A DAG author picks the source by picking the capture class (``PostgresCapture``,
 ``SqlServerCapture``); the operators are the same for all of them. Each source supplies:
 
 - a :class:`Capture` subclass: its connection and source-only settings, its offset type and
   name rules, its setup (preflight and creating what it needs) and its run session;
-- a :class:`SourceRun`: one run's session with the source, holding the capture lock, which
+- a :class:`~.source_run.SourceRun`: one run's session with the source, holding the capture lock, which
   answers the operators' questions (where does the source stand, where does a window end, what
   does the job read) and acknowledges what landed where the source has something to acknowledge.
 
-The operators (:mod:`operators.cdc`) do the rest once for all sources: reconcile offset and
+The operators (:mod:`airflow_provider_cdc.operators`) do the rest once for all sources: reconcile offset and
 commit log, decide run type and snapshot, plan the window, write in the invariant order (sink
 commit, then offset, then acknowledgement), report.
 """
@@ -19,21 +20,20 @@ from __future__ import annotations
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc.cdc.columns import ColumnRules
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.event_settings import EventSettings
-from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.incremental import validate_run_conf_signals
 from airflow_provider_cdc.cdc.naming import validate_topic_prefix
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, streams, validate_snapshot_mode
+from airflow_provider_cdc.cdc.planning import streams, validate_snapshot_mode
 from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
 from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
@@ -41,8 +41,10 @@ from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
 from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
 from airflow_provider_cdc.cdc.tables import NameRules, TableRef
 from airflow_provider_cdc.cdc.value_modes import ValueModes
-from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.offsets.base import OffsetStore
+from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.captures.source_run import SourceRun
 
 OFFSET_STORES = ("variable", "state_table")
 #: A table that joins the capture after its snapshot: "incremental" snapshots it while capture
@@ -293,6 +295,32 @@ class Capture(ABC):
 
     # -- shared ----------------------------------------------------------------------------------
 
+    def setup_problems(self) -> Problems:
+        """Setup's list of problems (raised together at its end), starting with the sink's checks."""
+        problems = Problems("setup")
+        with problems.check():
+            self.check_sink()
+        return problems
+
+    def check_column_rules(self, problems: Problems, tables: Iterable[Any], encoder: Callable[..., Any]) -> None:
+        """Setup: column filters and masks that cannot apply to a described table, one problem each
+        (``encoder``: the source's event encoder class, built as the job builds it)."""
+        for table in tables:
+            with problems.check():
+                encoder(table, table.columns, self.event_settings())
+
+    def check_stored_offset(self, problems: Problems, identity: OffsetIdentity | None) -> CaptureOffset | None:
+        """Setup: the stored offset is readable and this capture's on this server (``identity``; None
+        where the server could not be identified, a problem of its own). Returns the offset, or None
+        when there is none or it is a problem."""
+        store = self.store()
+        with problems.check():
+            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)  # malformed, or another capture's
+            if stored is not None and identity is not None:
+                stored.check_identity(identity, source=store.describe(self.topic_prefix))
+            return stored
+        return None
+
     @property
     def streams(self) -> bool:
         """Does this capture stream changes (every snapshot mode but ``initial_only``)?"""
@@ -417,85 +445,3 @@ def check_object_store_conn_id(conn_id: Any, sink_path: str) -> None:
             f"(s3://bucket/prefix), but sink_path is {sink_path!r}: remove object_store_conn_id, or put the "
             "sink on the store (GCS and Azure paths use their libraries' default credentials)"
         )
-
-
-class SourceRun(ABC):
-    """One run's session with the source (opened by :meth:`Capture.open_run`, holding the lock).
-
-    ``identity`` pins the offset to this server and database; ``tables`` are the tables the run
-    reads (resolved when the run starts)."""
-
-    identity: OffsetIdentity
-    tables: tuple[TableRef, ...]
-
-    def __init__(self, capture: Any, hook: Any, conn: Any, identity: OffsetIdentity) -> None:
-        self.capture = capture
-        self.hook = hook
-        self.conn = conn  # the session holding the capture lock
-        self.identity = identity
-        self.tables = ()
-
-    @abstractmethod
-    def status(self) -> Any:
-        """The source's view of this capture now (PostgreSQL: the slot; None where it has none)."""
-
-    @abstractmethod
-    def unavailable(self, offset: CaptureOffset | None, status: Any) -> tuple[str, str] | None:
-        """``(gap reason, why)`` when the source can no longer deliver the changes after ``offset``
-        (a lost slot, purged change rows); None when it can."""
-
-    @abstractmethod
-    def prepare_snapshot(self, decision: SnapshotDecision, status: Any) -> None:
-        """Make the source ready for a snapshot that is due (PostgreSQL: the slot it continues from)."""
-
-    @abstractmethod
-    def gap(self, decision: SnapshotDecision, offset: CaptureOffset | None, status: Any, now_ms: int) -> CaptureGap:
-        """The record of changes lost, for a snapshot that re-snapshots because of them."""
-
-    @abstractmethod
-    def plan_stream(
-        self, offset: CaptureOffset | None, requested: Position | None, now_ms: int, *, until: datetime | None = None
-    ) -> StreamPlan:
-        """The next stream window: ending at ``requested``, or after the last commit before ``until``
-        (a UTC time; sources that map commit times to positions), or at the source's current position."""
-
-    @abstractmethod
-    def heartbeat(self, query: str) -> None:
-        """Run ``heartbeat_action_query`` in its own transaction."""
-
-    @abstractmethod
-    def acknowledge(self, position: Position, saved: CaptureOffset | None = None) -> Position | None:
-        """Tell the source everything before ``position`` landed (None: nothing to tell it).
-        ``saved`` is the offset as just stored, for sources that acknowledge more than a position."""
-
-    @abstractmethod
-    def check_restored(self, offset: CaptureOffset) -> None:
-        """``offset`` rests on the sink's commit log alone (the offset store lost or reset it): fail
-        (:func:`cdc.planning.uncorroborated_position`) when the source's own record of what was
-        acknowledged lags it, since catching up would move the source on the log's word. Sources
-        that acknowledge nothing (SQL Server) have nothing to compare it with."""
-
-    @abstractmethod
-    def finish_landed(self, offset: CaptureOffset | None) -> None:
-        """Before a replayed run reports: bring the acknowledgement up to the stored offset (a run
-        stopped after storing it), failing when the source moved past it."""
-
-    @abstractmethod
-    def window_detail(self, window: Window, status: Any) -> str:
-        """What the window's log line adds for this source (e.g. bytes of WAL and slot lag)."""
-
-    @abstractmethod
-    def lag(self) -> int | None:
-        """How far the capture is behind after the window (bytes of WAL; None where unknown)."""
-
-    @abstractmethod
-    def job_spec(
-        self,
-        window: Window,
-        offset: CaptureOffset | None,
-        *,
-        run: dict[str, Any] | None,
-        checkpoint: dict[str, Any] | None,
-        gap: CaptureGap | None = None,
-    ) -> Any:
-        """The job spec that reads ``window`` (``offset``: the offset it was planned from)."""

@@ -17,13 +17,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc._lazy import lazy_module
-from airflow_provider_cdc.captures.base import Capture, SourceRun
+from airflow_provider_cdc.captures.base import Capture
+from airflow_provider_cdc.captures.source_run import SourceRun, common_spec_fields
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, PublicationError
 from airflow_provider_cdc.cdc.event_settings import EventSettings
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
@@ -31,7 +31,7 @@ from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, Pos
 from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
 from airflow_provider_cdc.cdc.value_modes import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
+from airflow_provider_cdc.offsets.base import OffsetStore
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.cdc.sources.postgres import admin, planning
@@ -217,18 +217,14 @@ class PostgresCapture(Capture):
     def _setup_preflight(self, hook: PostgresCdcHook, streams: bool) -> tuple[PreflightReport, list[TableRef]]:
         """Setup's checks, run before anything is created: every problem found is raised in one
         error, each with its fix. Returns the report and the tables to publish."""
-        problems = Problems("setup")
-        with problems.check():
-            self.check_sink()
+        problems = self.setup_problems()
         tables: tuple[TableRef, ...] = ()
         with hook.session() as conn, problems.check():
             tables = self.resolve_tables(conn)
         report = hook.preflight(tables, slot_name=self.resolved_slot_name if streams else None, problems=problems)
         from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 
-        for described in report.tables.values():  # column filters and masks that cannot apply
-            with problems.check():
-                TableEncoder(described, described.columns, self.event_settings())
+        self.check_column_rules(problems, report.tables.values(), TableEncoder)
         published = list(tables)
         signal = self.signal_table_ref
         if signal is not None:
@@ -240,14 +236,7 @@ class PostgresCapture(Capture):
                 )
             if signal not in published:
                 published.append(signal)  # signals are read from the stream, like Debezium
-        store = self.store()
-        with problems.check():
-            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)  # malformed, or another capture's
-            if stored is not None:
-                stored.check_identity(
-                    self.identity(report.server.system_identifier, report.server.database),
-                    source=store.describe(self.topic_prefix),
-                )
+        self.check_stored_offset(problems, self.identity(report.server.system_identifier, report.server.database))
         existing = [r for r in published if r in report.tables or r == signal]
         if existing:  # no table found: that problem is reported already, the publication's would be noise
             problems.add(
@@ -402,24 +391,12 @@ def spec_fields(
     ``capture``, ``hook`` and ``tables``); YugabyteDB's spec adds its own."""
     capture = source.capture
     return {
-        "topic_prefix": capture.topic_prefix,
+        **common_spec_fields(source, window, offset, run=run, checkpoint=checkpoint, gap=gap),
         # With the sslmode this task settled on: the job's partitions connect alike, no probing.
         "connection": source.hook.resolved_connection_info(),
         "slot_name": capture.resolved_slot_name,
         "publication_name": capture.resolved_publication_name,
-        "tables": source.tables,
-        "window": window,
-        "sink_path": capture.sink_path,
         "previous_commit_lsn": offset.lsn_commit if offset else None,
-        "options": capture.run_options(),
-        "spark": capture.spark_options(),
-        "events": capture.event_settings(),
-        "incremental": offset.incremental if offset is not None and window.kind == "stream" else None,
-        "signal_table": capture.signal_table_ref,
-        "incremental_watermarks": capture.incremental_watermarks,
-        "run": run,
-        "checkpoint": checkpoint,
-        "gap": gap,
     }
 
 

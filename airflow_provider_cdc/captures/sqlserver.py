@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_cdc.captures.base import Capture, SourceRun
+from airflow_provider_cdc.captures.base import Capture
+from airflow_provider_cdc.captures.source_run import SourceRun, common_spec_fields
 from airflow_provider_cdc.cdc import planning as core
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan
-from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import check_driver_name
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
@@ -34,7 +34,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
 from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
 from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.offsets.base import peek_offset
+from airflow_provider_cdc.utils.times import utc_time
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
@@ -136,16 +136,14 @@ class SqlServerCapture(Capture):
     def readiness(self, sensor: Any, context: Any) -> Readiness:
         """Has the capture job processed every commit up to the sensor's ``wait_until``?"""
         from airflow_provider_cdc.cdc.sources.sqlserver.pending import capture_job_readiness
-        from airflow_provider_cdc.operators.cdc import _utc_time
 
         with self.hook().session() as conn:
-            return capture_job_readiness(conn, _utc_time(sensor.wait_until, sensor.task_id), self.server_time_zone)
+            return capture_job_readiness(conn, utc_time(sensor.wait_until, sensor.task_id), self.server_time_zone)
 
     def readiness_trigger(self, sensor: Any, context: Any) -> Any:
-        from airflow_provider_cdc.operators.cdc import _utc_time
         from airflow_provider_cdc.triggers.sqlserver_cdc import SqlServerCdcChangesTrigger
 
-        until = _utc_time(sensor.wait_until, sensor.task_id)
+        until = utc_time(sensor.wait_until, sensor.task_id)
         return SqlServerCdcChangesTrigger(
             self.sqlserver_conn_id,
             None if until is None else until.isoformat(),
@@ -175,11 +173,8 @@ class SqlServerCapture(Capture):
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         from airflow_provider_cdc.cdc.sources.sqlserver import admin, health, server_clock
-        from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
 
-        problems = Problems("setup")
-        with problems.check():
-            self.check_sink()
+        problems = self.setup_problems()
         hook = self.hook()
         conn = None
         with problems.check():  # a connection without a database, a refused login: nothing else can be checked
@@ -198,7 +193,6 @@ class SqlServerCapture(Capture):
             problems.raise_if_any()
         if conn is None:  # raise_if_any above reports why it could not connect
             raise RuntimeError("setup's preflight found no problem but has no connection")
-        store = self.store()
         try:
             server = admin.server_info(conn)
             problems.add(
@@ -210,13 +204,7 @@ class SqlServerCapture(Capture):
                 tables = self.resolve_tables(conn)
             found, table_problems = admin.describe_tables(conn, tables, cdc_enabled=server.cdc_enabled)
             problems.add(table_problems, heading="captured tables are not ready")
-            for table in found.values():  # column filters and masks that cannot apply
-                with problems.check():
-                    try:
-                        TableEncoder(table, table.columns, self.event_settings())
-                    except CdcConfigurationError as exc:  # name the table as SQL Server writes it
-                        message = str(exc).replace(str(table.ref), table.ref.quoted(SQLSERVER_NAMES))
-                        raise type(exc)(message) from None
+            self.check_column_rules(problems, found.values(), _encoder)
             problems.add(
                 admin.check_table_access(conn, tables) + admin.check_change_access(conn, list(found.values())),
                 heading="missing permissions",
@@ -236,33 +224,13 @@ class SqlServerCapture(Capture):
                 if signal in described:
                     signal_problems = admin.check_signal_table(conn, described[signal], self.incremental_watermarks)
                 problems.add(signal_problems, heading="the signal table cannot be used")
-            with problems.check():
-                stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
-                if stored is not None:
-                    where = store.describe(self.topic_prefix)
-                    if server.database_guid is not None:  # else reported by check_server
-                        stored.check_identity(self.identity(server.database_guid, server.database), source=where)
-                    if server.cdc_enabled and stored.lsn is not None and self.snapshot_mode in ("initial", "never"):
-                        # An instance the offset names is gone, and a table has no instance holding its changes
-                        # since the offset (a successor that took over before it is a schema change, not a hole).
-                        current = admin.capture_instances(conn)
-                        names = {i.name for listed in current.values() for i in listed}
-                        gone = [name for name in _known_instances(stored) if name not in names]
-                        uncovered = [
-                            ref
-                            for ref in tables
-                            if not any(
-                                i.start_lsn is not None and i.start_lsn <= stored.lsn for i in current.get(ref, ())
-                            )
-                        ]
-                        if gone and uncovered:
-                            raise CdcConfigurationError(
-                                f"{where}: capture instance(s) {', '.join(map(repr, gone))} that this capture reads "
-                                "were disabled (sys.sp_cdc_disable_table) after it started: the changes made since "
-                                "were not recorded and cannot be read. Enable CDC on the table again, then "
-                                "re-snapshot: run with snapshot_mode='when_needed' (it records the gap and snapshots "
-                                "again)"
-                            )
+            # Without the database's GUID there is no identity to compare (check_server reports it).
+            guid = server.database_guid
+            stored = self.check_stored_offset(problems, None if guid is None else self.identity(guid, server.database))
+            instances_matter = server.cdc_enabled and self.snapshot_mode in ("initial", "never")
+            if stored is not None and stored.lsn is not None and instances_matter:
+                with problems.check():
+                    _check_instances_kept(conn, stored, tables, self.store().describe(self.topic_prefix))
         finally:
             conn.close()
         problems.raise_if_any()
@@ -458,26 +426,47 @@ class SqlServerRun(SourceRun):
     ) -> SqlServerJobSpec:
         capture = self.capture
         return SqlServerJobSpec(
-            topic_prefix=capture.topic_prefix,
+            **common_spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap),
             connection=self.hook.connection_info,
-            tables=self.tables,
-            window=window,
-            sink_path=capture.sink_path,
-            options=capture.run_options(),
-            spark=capture.spark_options(),
-            events=capture.event_settings(),
-            gap=gap,
-            incremental=offset.incremental if offset is not None and window.kind == "stream" else None,
-            signal_table=capture.signal_table_ref,
-            incremental_watermarks=capture.incremental_watermarks,
             incremental_watermark_wait_seconds=float(capture.incremental_watermark_wait_seconds),
             data_query_mode=capture.data_query_mode,
             snapshot_isolation_mode=capture.snapshot_isolation_mode,
             server_time_zone=capture.server_time_zone,
             known_instances=tuple(_known_instances(offset)) if window.kind == "stream" else (),
             known_starts=_known_starts(offset) if window.kind == "stream" else {},
-            run=run,
-            checkpoint=checkpoint,
+        )
+
+
+def _encoder(table: Any, columns: Any, settings: Any) -> Any:
+    """The event encoder, its errors naming the table as SQL Server writes it."""
+    from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
+
+    try:
+        return TableEncoder(table, columns, settings)
+    except CdcConfigurationError as exc:
+        raise type(exc)(str(exc).replace(str(table.ref), table.ref.quoted(SQLSERVER_NAMES))) from None
+
+
+def _check_instances_kept(conn: Any, stored: CaptureOffset, tables: Sequence[TableRef], where: str) -> None:
+    """Setup: no capture instance the offset names is gone while a table has no instance holding its
+    changes since the offset (a successor that took over before it is a schema change, not a hole)."""
+    from airflow_provider_cdc.cdc.sources.sqlserver import admin
+
+    current = admin.capture_instances(conn)
+    names = {i.name for listed in current.values() for i in listed}
+    gone = [name for name in _known_instances(stored) if name not in names]
+    uncovered = [
+        ref
+        for ref in tables
+        if not any(i.start_lsn is not None and i.start_lsn <= stored.lsn for i in current.get(ref, ()))
+    ]
+    if gone and uncovered:
+        raise CdcConfigurationError(
+            f"{where}: capture instance(s) {', '.join(map(repr, gone))} that this capture reads "
+            "were disabled (sys.sp_cdc_disable_table) after it started: the changes made since "
+            "were not recorded and cannot be read. Enable CDC on the table again, then "
+            "re-snapshot: run with snapshot_mode='when_needed' (it records the gap and snapshots "
+            "again)"
         )
 
 

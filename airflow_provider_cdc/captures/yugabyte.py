@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -21,13 +20,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc._lazy import lazy_module
-from airflow_provider_cdc.captures.base import SourceRun
 from airflow_provider_cdc.captures.postgres import PostgresCapture, spec_fields
+from airflow_provider_cdc.captures.source_run import SourceRun
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, PublicationError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte import LSN_TYPES
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
@@ -35,6 +33,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
+from airflow_provider_cdc.utils.times import now_ms, utc_time
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
@@ -56,8 +55,33 @@ _PROCEDURE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
 DEFAULT_INTENT_RETENTION_MS = 8 * 3600 * 1000
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def check_ysql_conn_id(capture: PostgresCapture, hint: str = "") -> None:
+    """A YugabyteDB capture's YSQL connection: ``yugabytedb_conn_id``, or the same id as
+    ``postgres_conn_id`` (the PostgreSQL capture's name for it), which then holds it."""
+    ysql = capture.yugabytedb_conn_id  # type: ignore[attr-defined]
+    if ysql and capture.postgres_conn_id and ysql != capture.postgres_conn_id:
+        raise CdcConfigurationError("give yugabytedb_conn_id or postgres_conn_id, not both")
+    capture.postgres_conn_id = capture.postgres_conn_id or ysql
+    if not capture.postgres_conn_id:
+        raise CdcConfigurationError(f"yugabytedb_conn_id is required{hint}")
+
+
+def check_intent_retention(value: Any) -> None:
+    """``intent_retention_ms``: YugabyteDB's cdc_intent_retention_ms, a whole number of milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 60_000:
+        raise CdcConfigurationError(
+            f"intent_retention_ms must be YugabyteDB's cdc_intent_retention_ms in milliseconds (at least "
+            f"60000), got {value!r}"
+        )
+
+
+def trigger_wait(capture: Any, sensor: Any) -> tuple[str | None, float, int | None]:
+    """What a YugabyteDB trigger waits with: the sensor's ``wait_until`` (ISO, UTC), its poke
+    interval, and when the slot or stream expires (from the stored offset's last read)."""
+    until = utc_time(sensor.wait_until, sensor.task_id)
+    offset = peek_offset(capture.store(), capture.topic_prefix, capture.OFFSET_TYPE)
+    expires = planning.expiry_ms(offset, capture.intent_retention_ms)
+    return None if until is None else until.isoformat(), float(sensor.poke_interval), expires
 
 
 @dataclass
@@ -92,11 +116,7 @@ class YugabyteCapture(PostgresCapture):
     incremental_watermarks: str = "insert_insert"
 
     def validate_source(self) -> None:
-        if self.yugabytedb_conn_id and self.postgres_conn_id and self.yugabytedb_conn_id != self.postgres_conn_id:
-            raise CdcConfigurationError("give yugabytedb_conn_id or postgres_conn_id, not both")
-        self.postgres_conn_id = self.postgres_conn_id or self.yugabytedb_conn_id
-        if not self.postgres_conn_id:
-            raise CdcConfigurationError("yugabytedb_conn_id is required")
+        check_ysql_conn_id(self)
         if self.lsn_type not in LSN_TYPES:
             raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(LSN_TYPES)}")
         if self.message_prefix_include_list or self.message_prefix_exclude_list:
@@ -109,11 +129,7 @@ class YugabyteCapture(PostgresCapture):
                 TableRef.parse(getattr(self, name), self.NAMES)
             except CdcConfigurationError as exc:
                 raise CdcConfigurationError(f"{name} {getattr(self, name)!r} is invalid: {exc}") from None
-        if not isinstance(self.intent_retention_ms, int) or self.intent_retention_ms < 60_000:
-            raise CdcConfigurationError(
-                f"intent_retention_ms must be YugabyteDB's cdc_intent_retention_ms in milliseconds (at least "
-                f"60000), got {self.intent_retention_ms!r}"
-            )
+        check_intent_retention(self.intent_retention_ms)
         timeout = self.tablet_not_of_interest_timeout_seconds
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 60:
             raise CdcConfigurationError(
@@ -157,7 +173,6 @@ class YugabyteCapture(PostgresCapture):
         """The server's hybrid time has passed the sensor's ``wait_until`` and the slot can deliver
         (YugabyteDB cannot peek at a slot, so pending changes are not counted)."""
         from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
-        from airflow_provider_cdc.operators.cdc import _utc_time
 
         if getattr(sensor, "require_captured_change", False):
             raise CdcConfigurationError(
@@ -169,24 +184,15 @@ class YugabyteCapture(PostgresCapture):
         return slot_readiness(
             status,
             self.resolved_slot_name,
-            wait_until=_utc_time(sensor.wait_until, sensor.task_id),
+            wait_until=utc_time(sensor.wait_until, sensor.task_id),
             expires_ms=planning.expiry_ms(offset, self.intent_retention_ms),
-            now_ms=_now_ms(),
+            now_ms=now_ms(),
         )
 
     def readiness_trigger(self, sensor: Any, context: Any) -> Any:
-        from airflow_provider_cdc.operators.cdc import _utc_time
         from airflow_provider_cdc.triggers.yugabyte_cdc import YugabyteCdcChangesTrigger
 
-        until = _utc_time(sensor.wait_until, sensor.task_id)
-        offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
-        return YugabyteCdcChangesTrigger(
-            self.postgres_conn_id,
-            self.resolved_slot_name,
-            None if until is None else until.isoformat(),
-            float(sensor.poke_interval),
-            planning.expiry_ms(offset, self.intent_retention_ms),
-        )
+        return YugabyteCdcChangesTrigger(self.postgres_conn_id, self.resolved_slot_name, *trigger_wait(self, sensor))
 
     def identity(self, system_identifier: str, database: str) -> OffsetIdentity:
         return OffsetIdentity(self.topic_prefix, system_identifier, database, self.resolved_slot_name)
@@ -250,9 +256,7 @@ class YugabyteCapture(PostgresCapture):
         return missing if existing is not None else list(refs)
 
     def _yb_preflight(self, hook: YugabyteCdcHook) -> tuple[pg_admin.ServerInfo, dict, list[TableRef]]:
-        problems = Problems("setup")
-        with problems.check():
-            self.check_sink()
+        problems = self.setup_problems()
         described: dict = {}
         server = None
         with hook.session() as conn:
@@ -271,17 +275,11 @@ class YugabyteCapture(PostgresCapture):
                 problems.add(admin.slot_problems(slot, server.database, self.lsn_type))
         from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 
-        for table in described.values():
-            with problems.check():
-                TableEncoder(table, table.columns, self.event_settings())
+        self.check_column_rules(problems, described.values(), TableEncoder)
         published = [*tables, self.heartbeat_table_ref]
-        store = self.store()
-        with problems.check():
-            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
-            if stored is not None and server is not None:
-                stored.check_identity(
-                    self.identity(server.system_identifier, server.database), source=store.describe(self.topic_prefix)
-                )
+        self.check_stored_offset(
+            problems, None if server is None else self.identity(server.system_identifier, server.database)
+        )
         existing = [r for r in tables if r in described]
         if existing:
             problems.add(
@@ -325,9 +323,7 @@ class YugabyteRun(SourceRun):
         return admin.slot_status(self.conn, self.slot_name)
 
     def unavailable(self, offset: CaptureOffset | None, status: admin.YbSlotStatus | None) -> tuple[str, str] | None:
-        return planning.slot_unavailable(
-            offset, status, retention_ms=self.capture.intent_retention_ms, now_ms=_now_ms()
-        )
+        return planning.slot_unavailable(offset, status, retention_ms=self.capture.intent_retention_ms, now_ms=now_ms())
 
     def prepare_snapshot(self, decision: SnapshotDecision, status: admin.YbSlotStatus | None) -> None:
         """A fresh slot for every snapshot: YugabyteDB keeps the history a read at the slot's

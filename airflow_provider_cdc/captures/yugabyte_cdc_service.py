@@ -22,27 +22,31 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_cdc.captures.base import SourceRun
 from airflow_provider_cdc.captures.postgres import PostgresCapture
-from airflow_provider_cdc.captures.yugabyte import DEFAULT_INTENT_RETENTION_MS
+from airflow_provider_cdc.captures.source_run import SourceRun, common_spec_fields
+from airflow_provider_cdc.captures.yugabyte import (
+    DEFAULT_INTENT_RETENTION_MS,
+    check_intent_retention,
+    check_ysql_conn_id,
+    trigger_wait,
+)
 from airflow_provider_cdc.cdc import planning as core
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, SnapshotRequiredError, WalLostError
 from airflow_provider_cdc.cdc.gaps import CaptureGap
 from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.problems import Problems
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
+from airflow_provider_cdc.utils.times import now_ms, utc_time
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.admin import DatabaseIds, StreamStatus
@@ -54,10 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _STREAM_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _OffsetType:
@@ -95,13 +95,7 @@ class YugabyteCdcServiceCapture(PostgresCapture):
     incremental_watermarks: str = "insert_insert"
 
     def validate_source(self) -> None:
-        if self.yugabytedb_conn_id and self.postgres_conn_id and self.yugabytedb_conn_id != self.postgres_conn_id:
-            raise CdcConfigurationError("give yugabytedb_conn_id or postgres_conn_id, not both")
-        self.postgres_conn_id = self.postgres_conn_id or self.yugabytedb_conn_id
-        if not self.postgres_conn_id:
-            raise CdcConfigurationError(
-                "yugabytedb_conn_id is required (the YSQL endpoint; its extra names the masters)"
-            )
+        check_ysql_conn_id(self, " (the YSQL endpoint; its extra names the masters)")
         if not isinstance(self.stream_id, str) or not _STREAM_ID.match(self.stream_id):
             raise CdcConfigurationError(
                 f"stream_id must be a DB stream id (32 lower-case hex digits, as `yb-admin list_change_data_streams` "
@@ -126,13 +120,7 @@ class YugabyteCdcServiceCapture(PostgresCapture):
             TableRef.parse(self.lock_table, self.NAMES)
         except CdcConfigurationError as exc:
             raise CdcConfigurationError(f"lock_table {self.lock_table!r} is invalid: {exc}") from None
-        if isinstance(self.intent_retention_ms, bool) or not isinstance(self.intent_retention_ms, int):
-            raise CdcConfigurationError(f"intent_retention_ms must be milliseconds, got {self.intent_retention_ms!r}")
-        if self.intent_retention_ms < 60_000:
-            raise CdcConfigurationError(
-                f"intent_retention_ms must be YugabyteDB's cdc_intent_retention_ms in milliseconds (at least "
-                f"60000), got {self.intent_retention_ms!r}"
-            )
+        check_intent_retention(self.intent_retention_ms)
         super().validate_source()
 
     @property
@@ -172,14 +160,13 @@ class YugabyteCdcServiceCapture(PostgresCapture):
         has passed the sensor's ``wait_until`` (the CDC service cannot count pending changes
         without reading them, so nothing is counted)."""
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
-        from airflow_provider_cdc.operators.cdc import _utc_time
 
         if getattr(sensor, "require_captured_change", False):
             raise CdcConfigurationError(
                 "require_captured_change is not available through the CDC service: pending changes cannot be "
                 "counted without reading the tablets"
             )
-        until = _utc_time(sensor.wait_until, sensor.task_id)
+        until = utc_time(sensor.wait_until, sensor.task_id)
         hook = self.hook()
         with hook.session() as conn:
             ids = admin.database_ids(conn, self.table_refs)
@@ -190,7 +177,7 @@ class YugabyteCdcServiceCapture(PostgresCapture):
         if problems:
             return Readiness("failed", "; ".join(problems))
         offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
-        lost = stream_unavailable(offset, self.stream_id, self.intent_retention_ms, _now_ms())  # type: ignore[arg-type]
+        lost = stream_unavailable(offset, self.stream_id, self.intent_retention_ms, now_ms())  # type: ignore[arg-type]
         if lost is not None:
             return Readiness("failed", lost[1])
         if until is not None and now_ht < ht_from_datetime(until):
@@ -199,19 +186,10 @@ class YugabyteCdcServiceCapture(PostgresCapture):
 
     def readiness_trigger(self, sensor: Any, context: Any) -> Any:
         """Waits for the cluster's clock (the poke already checked the stream against the tables)."""
-        from airflow_provider_cdc.cdc.sources.yugabyte import planning
-        from airflow_provider_cdc.operators.cdc import _utc_time
         from airflow_provider_cdc.triggers.yugabyte_cdc_service import YugabyteCdcServiceChangesTrigger
 
-        until = _utc_time(sensor.wait_until, sensor.task_id)
-        offset = peek_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)
         return YugabyteCdcServiceChangesTrigger(
-            self.postgres_conn_id,
-            self.stream_id,
-            None if until is None else until.isoformat(),
-            float(sensor.poke_interval),
-            planning.expiry_ms(offset, self.intent_retention_ms),  # type: ignore[arg-type]
-            master_addresses=self.master_addresses,
+            self.postgres_conn_id, self.stream_id, *trigger_wait(self, sensor), master_addresses=self.master_addresses
         )
 
     # -- setup -----------------------------------------------------------------------------------
@@ -223,9 +201,7 @@ class YugabyteCdcServiceCapture(PostgresCapture):
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
         from airflow_provider_cdc.offsets.base import load_offset
 
-        problems = Problems("setup")
-        with problems.check():
-            self.check_sink()
+        problems = self.setup_problems()
         hook = self.hook()
         tables: tuple[TableRef, ...] = ()
         described: dict = {}
@@ -251,22 +227,14 @@ class YugabyteCdcServiceCapture(PostgresCapture):
             ids = admin.database_ids(conn, list(described))
         from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
 
-        for table in described.values():
-            with problems.check():
-                TableEncoder(table, table.columns, self.event_settings())
+        self.check_column_rules(problems, described.values(), TableEncoder)
         status = None
         with problems.check(), hook.cdc_client(self.stream_id) as client:
             status = admin.stream_status(client)
             problems.add(admin.stream_problems(status, ids, self.stream_id), heading="the CDC stream cannot be used")
-        store = self.store()
-        with problems.check():
-            stored = peek_offset(store, self.topic_prefix, self.OFFSET_TYPE)
-            if stored is not None:
-                stored.check_identity(
-                    self.identity(ids.namespace_id, ids.database), source=store.describe(self.topic_prefix)
-                )
+        self.check_stored_offset(problems, self.identity(ids.namespace_id, ids.database))
         problems.raise_if_any()
-        load_offset(store, self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
+        load_offset(self.store(), self.topic_prefix, self.OFFSET_TYPE)  # a state-table store creates its table
         if status is None:  # raise_if_any above reports why it could not be read
             raise RuntimeError("setup's preflight found no problem but read no CDC stream status")
         log.info(
@@ -367,7 +335,7 @@ class YugabyteCdcServiceRun(SourceRun):
     def unavailable(self, offset: CaptureOffset | None, status: StreamStatus | None) -> tuple[str, str] | None:
         if status is None:
             return "stream_missing", f"the masters know no CDC stream {self.stream_id}"
-        return stream_unavailable(offset, self.stream_id, self.capture.intent_retention_ms, _now_ms())  # type: ignore[arg-type]
+        return stream_unavailable(offset, self.stream_id, self.capture.intent_retention_ms, now_ms())  # type: ignore[arg-type]
 
     def prepare_snapshot(self, decision: SnapshotDecision, status: StreamStatus | None) -> None:
         """The stream must serve this capture; and a stream gives its consistent snapshot once: a
@@ -505,29 +473,19 @@ class YugabyteCdcServiceRun(SourceRun):
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 
-        capture = self.capture
         status = self.status()
         stream = window.kind == "stream" and offset is not None
         return YbCdcJobSpec(
-            topic_prefix=capture.topic_prefix,
+            **common_spec_fields(self, window, offset, run=run, checkpoint=checkpoint, gap=gap, incremental=False),
             master_addresses=self.hook.master_addresses,
             stream_id=self.stream_id,
             database=self.ids.database,
-            tables=self.tables,
-            window=window,
-            sink_path=capture.sink_path,
             tablets=offset.tablets if stream else TabletCheckpoints(),  # type: ignore[union-attr]
             previous_commit_ht=offset.last_commit_ht if stream else None,  # type: ignore[union-attr]
             record_type=None if status is None else status.record_type,
             table_ids=tuple((ref, self.ids.tables[ref]) for ref in self.tables if ref in self.ids.tables),
             tls=self.hook.rpc_tls,
             get_changes_max_bytes=self.hook.rpc_get_changes_max_bytes,
-            options=capture.run_options(),
-            spark=capture.spark_options(),
-            events=capture.event_settings(),
-            gap=gap,
-            run=run,
-            checkpoint=checkpoint,
         )
 
 

@@ -24,8 +24,8 @@ from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, SparkOptions
 from airflow_provider_cdc.cdc.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import OffsetStore
-from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
-from airflow_provider_cdc.operators.runs import run_interval
+from airflow_provider_cdc.operators.base import fail_fast_on_terminal_errors
+from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.version_compat import AirflowSkipException, BaseOperator, Context
 
 
@@ -241,7 +241,7 @@ def _cancel_spark_jobs(log: Any) -> None:
 
 
 def _with_run(offset: QueryOffset, entry: Any) -> QueryOffset:
-    """Remember the run that landed ``entry`` (for backfills, see operators/runs.py)."""
+    """Remember the run that landed ``entry`` (for backfills, see utils/runs.py)."""
     if not entry.stats.get("run"):
         return offset
     return replace(

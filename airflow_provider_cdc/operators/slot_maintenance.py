@@ -9,10 +9,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._lazy import lazy_module
-from airflow_provider_cdc.capture import PostgresCapture
+from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, SlotHealth, assess
-from airflow_provider_cdc.operators.postgres_cdc import _CaptureOperator, fail_fast_on_terminal_errors
+from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context, airflow_conf
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ else:  # psycopg loads when the teardown runs, not when a DAG file is parsed
     admin = lazy_module("airflow_provider_cdc.cdc.sources.postgres.admin")
 
 
-class PostgresCdcSlotHealthOperator(_CaptureOperator):
+class PostgresCdcSlotHealthOperator(CdcCaptureOperator):
     """Report a capture slot's lag and fail *before* the server would invalidate it.
 
     Fails (so Airflow's alerting fires) when the slot is missing or lost, when its WAL is past
@@ -116,7 +116,7 @@ class PostgresCdcSlotHealthOperator(_CaptureOperator):
         return report
 
 
-class PostgresCdcTeardownOperator(_CaptureOperator):
+class PostgresCdcTeardownOperator(CdcCaptureOperator):
     """Drop a capture's replication slot (and publication) — only when explicitly confirmed.
 
     Dropping the slot releases the WAL it pins and ends the capture: changes after that are not

@@ -10,7 +10,7 @@ from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.offsets.base import load_offset
-from airflow_provider_cdc.operators.cdc import CdcCaptureOperator, fail_fast_on_terminal_errors
+from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import AirflowFailException, Context
 
 

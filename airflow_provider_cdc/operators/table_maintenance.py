@@ -19,7 +19,7 @@ from typing import Any
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.operators.cdc import CdcCaptureOperator, fail_fast_on_terminal_errors
+from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import Context
 
 

@@ -77,7 +77,7 @@ class PostgresCdcChangesTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await _connection_info(self.postgres_conn_id, self.check_timeout)
+        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
         if isinstance(login, TriggerEvent):
             yield login
             return
@@ -134,7 +134,7 @@ class PostgresCdcSlotHealthTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await _connection_info(self.postgres_conn_id, self.check_timeout)
+        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
         if isinstance(login, TriggerEvent):
             yield login
             return
@@ -183,7 +183,7 @@ class Login:
         return (await self.current()).conninfo()
 
 
-async def _connection_info(conn_id: str, timeout: float) -> Login | TriggerEvent:
+async def trigger_login(conn_id: str, timeout: float) -> Login | TriggerEvent:
     """The connection's :class:`Login`, its TLS settled once (see cdc/sources/postgres/tls.py: the
     polls then connect alike, without probing or logging again), or an error event."""
     try:

@@ -14,7 +14,7 @@ from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.yugabyte import admin
 from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
 from airflow_provider_cdc.triggers.polling import poll_readiness
-from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, _connection_info, bounded
+from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, bounded, trigger_login
 from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
 
 
@@ -58,7 +58,7 @@ class YugabyteCdcChangesTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await _connection_info(self.yugabytedb_conn_id, self.check_timeout)
+        login = await trigger_login(self.yugabytedb_conn_id, self.check_timeout)
         if isinstance(login, TriggerEvent):
             yield login
             return

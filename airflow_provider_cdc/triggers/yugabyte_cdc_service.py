@@ -14,7 +14,7 @@ import psycopg
 from airflow_provider_cdc.cdc.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_from_datetime
 from airflow_provider_cdc.triggers.polling import poll_readiness
-from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, _connection_info, bounded
+from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, bounded, trigger_login
 from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
 
 #: The YSQL node's clock in microseconds (a hybrid time is it << 12), as ``admin.current_hybrid_time``.
@@ -66,7 +66,7 @@ class YugabyteCdcServiceChangesTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await _connection_info(self.yugabytedb_conn_id, self.check_timeout)
+        login = await trigger_login(self.yugabytedb_conn_id, self.check_timeout)
         if isinstance(login, TriggerEvent):
             yield login
             return

@@ -25,13 +25,11 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcCurrentStateOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
 from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 
 # -- Settings ------------------------------------------------------------------------------------
 # An Airflow connection of type postgres_cdc (or postgres); its "schema" field is the database (here: shop).
@@ -81,10 +79,10 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
     tags=["cdc", "example"],
 ) as dag:
-    setup = PostgresCdcSetupOperator(task_id="setup", capture=capture)
-    snapshot = PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-    window = PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
-    state = PostgresCdcCurrentStateOperator(
+    setup = CdcSetupOperator(task_id="setup", capture=capture)
+    snapshot = CdcSnapshotOperator(task_id="snapshot", capture=capture)
+    window = CdcWindowOperator(task_id="capture_window", capture=capture)
+    state = CdcCurrentStateOperator(
         task_id="current_state",
         capture=capture,
         state_path=STATE_PATH,

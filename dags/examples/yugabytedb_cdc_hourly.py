@@ -28,16 +28,14 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
-from airflow_provider_cdc.operators.cdc import (
-    CdcBatchOperator,
-    CdcCurrentStateOperator,
-    CdcSetupOperator,
-    CdcSnapshotOperator,
-)
-from airflow_provider_cdc.operators.runs import RUN_END
+from airflow_provider_cdc.capture import YugabyteCapture
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from airflow_provider_cdc.operators.yugabyte_health import YugabyteCdcSlotHealthOperator
 from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
+from airflow_provider_cdc.utils.runs import RUN_END
 
 # -- Settings ------------------------------------------------------------------------------------
 # An Airflow connection of type yugabytedb_cdc (or postgres) to a YSQL endpoint; its "schema" field is the database.
@@ -88,7 +86,7 @@ with DAG(
         timeout=3600,
         trigger_rule="none_failed",  # after a snapshot task that is skipped once the snapshot exists
     )
-    window = CdcBatchOperator(task_id="capture_window", capture=capture, upto_time=RUN_END)
+    window = CdcWindowOperator(task_id="capture_window", capture=capture, upto_time=RUN_END)
     state = CdcCurrentStateOperator(task_id="current_state", capture=capture, state_path=STATE_PATH)
     health = YugabyteCdcSlotHealthOperator(task_id="slot_health", capture=capture, trigger_rule="all_done")
     setup >> snapshot >> complete >> window >> [state, health]

@@ -66,7 +66,7 @@ def test_example_dag_three_hourly_runs(db15, airflow_db, spark, tmp_path, monkey
         keep_size_warnings.append([line for line in printed.out.splitlines() if "keep_size is -1" in line])
     # The test cluster keeps WAL without limit: said once, by the setup that created the slot.
     assert [len(lines) for lines in keep_size_warnings] == [1, 0, 0], keep_size_warnings
-    assert "warning" in keep_size_warnings[0][0] and "PostgresCdcSetupOperator" in keep_size_warnings[0][0]
+    assert "warning" in keep_size_warnings[0][0] and "CdcSetupOperator" in keep_size_warnings[0][0]
     assert [r.tasks["snapshot"] for r in results] == ["success", "skipped", "skipped"]
     windows = [r.xcom["capture_window"] for r in results]
     assert [w["from_lsn"] for w in windows[1:]] == [w["to_lsn"] for w in windows[:-1]]

@@ -172,12 +172,10 @@ import pendulum
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable, task
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
-from airflow_provider_cdc.sensors.postgres_cdc import PostgresCdcChangesSensor
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
+from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
 capture = PostgresCapture(
     postgres_conn_id="rt_db",
@@ -197,14 +195,14 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(seconds=1)},
 ):
     (
-        PostgresCdcSetupOperator(task_id="setup", capture=capture)
-        >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-        >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
+        CdcSetupOperator(task_id="setup", capture=capture)
+        >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
+        >> CdcWindowOperator(task_id="capture_window", capture=capture)
     )
 
 # The field report's sensor: deferrable, default wait_until, triggered by hand (no data interval).
 with DAG("cdc_rt_sensor", schedule=None, start_date=pendulum.parse(os.environ["CDC_RT_START"])):
-    PostgresCdcChangesSensor(
+    CdcChangesSensor(
         task_id="wait", capture=capture, deferrable=True, require_captured_change=True, poke_interval=1, timeout=300
     )
 

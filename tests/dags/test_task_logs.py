@@ -28,11 +28,9 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from airflow_provider_cdc.operators.slot_maintenance import PostgresCdcSlotHealthOperator
 
 capture = PostgresCapture(
@@ -44,9 +42,9 @@ capture = PostgresCapture(
 )
 with DAG("task_logs", schedule="@hourly", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     (
-        PostgresCdcSetupOperator(task_id="setup", capture=capture)
-        >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-        >> PostgresCdcBatchOperator(task_id="window", capture=capture)
+        CdcSetupOperator(task_id="setup", capture=capture)
+        >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
+        >> CdcWindowOperator(task_id="window", capture=capture)
         >> PostgresCdcSlotHealthOperator(task_id="slot_health", capture=capture)
     )
 """

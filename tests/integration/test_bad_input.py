@@ -240,11 +240,12 @@ DAG_FILE = """
 from airflow.sdk import DAG
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcBatchOperator, PostgresCdcSetupOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 
 capture = PostgresCapture(**{kwargs!r})
 with DAG({dag_id!r}, schedule=None):
-    PostgresCdcSetupOperator(task_id="setup", capture=capture) >> PostgresCdcBatchOperator(
+    CdcSetupOperator(task_id="setup", capture=capture) >> CdcWindowOperator(
         task_id="window", capture=capture
     )
 """

@@ -70,7 +70,7 @@ def test_a_connection_naming_a_class_to_import_is_refused_before_it_is_imported(
     key; the module is never imported."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
     from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
 
     marker = tmp_path / "marker"
@@ -94,7 +94,7 @@ def test_a_connection_naming_a_class_to_import_is_refused_before_it_is_imported(
 
     refusals = []
     for operator in (
-        PostgresCdcSetupOperator(task_id="setup", capture=capture),
+        CdcSetupOperator(task_id="setup", capture=capture),
         CdcTableMaintenanceOperator(task_id="maintain", capture=capture, retain_hours=None),
     ):
         try:
@@ -163,7 +163,7 @@ def test_a_connection_to_a_malicious_rest_catalog_runs_nothing_on_the_worker(
     first key), ``subprocess.Popen`` as the auth manager and an S3 retry strategy; its table's
     metadata and config name FileIOs too. Setup (which opens the catalog) and table maintenance
     (which loads every table) carry on with pyiceberg's own FileIO; nothing the server named runs."""
-    from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
     from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
     from tests.support.malicious_iceberg import malicious_catalog, server_vectors
 
@@ -174,7 +174,7 @@ def test_a_connection_to_a_malicious_rest_catalog_runs_nothing_on_the_worker(
         connection = {"conn_type": "generic", "host": uri, "extra": {"type": "rest"}}
         monkeypatch.setenv("AIRFLOW_CONN_REST_EVIL", json.dumps(connection))
         capture = iceberg_capture(db15, conn_id, lake, "rest_evil")
-        PostgresCdcSetupOperator(task_id="setup", capture=capture).execute({})
+        CdcSetupOperator(task_id="setup", capture=capture).execute({})
         done = CdcTableMaintenanceOperator(task_id="maintain", capture=capture, retain_hours=None).execute({})
     written = {str(m): m.read_text() for m in markers if m.exists()}
     assert not written, f"the catalog server's code ran on the worker: {written}"

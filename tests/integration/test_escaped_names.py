@@ -15,9 +15,9 @@ from airflow_provider_cdc.cdc.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.naming import Topic
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.state import read_state
-from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
-from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcBatchOperator
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from tests.support.crash import CrashCapture
 from tests.support.oracle import assert_same_state, spark_rows
 
@@ -64,7 +64,7 @@ def test_escaped_names_flow_from_window_to_state_and_maintenance(db15, spark, tm
         assert topic.name in done["tables"]
 
     # Each outlet's URI path (OpenLineage's dataset name) is the directory that holds the data.
-    window = PostgresCdcBatchOperator(task_id="window", capture=capture.capture())
+    window = CdcWindowOperator(task_id="window", capture=capture.capture())
     (events,) = [o.uri for o in window.outlets if o.extra["topic"] == topic.name]
     (current,) = [o.uri for o in state.outlets]
     assert urlparse(events).path == str(lake / topic.directory) and (lake / topic.directory).is_dir()

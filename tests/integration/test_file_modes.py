@@ -117,7 +117,7 @@ def test_a_fresh_sink_root_is_private_and_no_landed_file_is_readable_by_others(s
 
 def test_an_existing_root_keeps_its_mode_and_setup_warns_that_others_may_enter_it(source, tmp_path, caplog):
     from airflow_provider_cdc.capture import PostgresCapture
-    from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
 
     db, conn_id = source
     shared, private, fresh = tmp_path / "shared", tmp_path / "private", tmp_path / "fresh"
@@ -138,7 +138,7 @@ def test_an_existing_root_keeps_its_mode_and_setup_warns_that_others_may_enter_i
         )
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            PostgresCdcSetupOperator(task_id="setup", capture=capture).execute({})
+            CdcSetupOperator(task_id="setup", capture=capture).execute({})
         return [r.getMessage() for r in caplog.records if "open to" in r.getMessage()]
 
     warned = setup(shared)

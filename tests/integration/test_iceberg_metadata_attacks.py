@@ -237,7 +237,7 @@ def test_a_parquet_capture_never_opens_a_table_a_log_entry_names(db15, airflow_d
         assert "landed in a table of format 'iceberg', but capture 'shop' writes sink_format='parquet'" in message
         assert "nothing it names is opened" in message
     # The current-state job folds the committed windows: it too opens only the capture's format.
-    from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
     state = CdcCurrentStateOperator(task_id="state", capture=capture.capture(), state_path=str(tmp_path / "state"))
     with pytest.raises(AirflowFailException, match="landed in a table of format 'iceberg', but capture 'shop'"):

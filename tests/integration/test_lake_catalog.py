@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
-from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
 from tests.support.crash import CrashCapture, Workload, prepare_shop
 from tests.support.crash_sources import PostgresCrashSource

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
-from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcBatchOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from airflow_provider_cdc.testing import shop
 from tests.support.crash import CrashCapture, prepare_shop
 from tests.support.oracle import assert_history, assert_same_state, events_of, replay, source_rows, workload_ops
@@ -81,7 +81,7 @@ def test_a_lost_or_reset_offset_is_restored_from_the_commit_log(db15, spark, tmp
         mutate()
         lose()
         signals = [{"type": "execute-snapshot", "data": {"data-collections": ["public.orders"]}}] if step == 1 else None
-        summary = PostgresCdcBatchOperator(task_id="batch", capture=capture.capture(), signals=signals).execute({})
+        summary = CdcWindowOperator(task_id="batch", capture=capture.capture(), signals=signals).execute({})
         assert summary["changes"] >= sum(sum(workload_ops(rounds[-1], table=t).values()) for t in KEYS)
     lose()
     summary = capture.run("batch")

@@ -12,13 +12,11 @@ import pytest
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcCurrentStateOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
-from airflow_provider_cdc.sensors.postgres_cdc import PostgresCdcChangesSensor
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
+from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 from airflow_provider_cdc.testing import shop
 from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcChangesTrigger
 from tests.support import airflow as af
@@ -78,9 +76,9 @@ def capture_dag(dag_id: str, capture: PostgresCapture, errors: dict, **window_kw
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as dag:
         (
-            PostgresCdcSetupOperator(task_id="setup", capture=capture)
-            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-            >> PostgresCdcBatchOperator(task_id="window", capture=capture, **window_kwargs)
+            CdcSetupOperator(task_id="setup", capture=capture)
+            >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
+            >> CdcWindowOperator(task_id="window", capture=capture, **window_kwargs)
         )
     af.register(dag)
     return dag
@@ -218,7 +216,7 @@ def test_sensor_waits_in_reschedule_mode_and_fails_without_slot(shop_db, tmp_pat
         start_date=af.START,
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as sensor_dag:
-        PostgresCdcChangesSensor(
+        CdcChangesSensor(
             task_id="wait",
             capture=capture,
             mode="reschedule",
@@ -287,7 +285,7 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as state_dag:
         # Mapped (issue 30, item 6): a mapped task runs as an unmapped one does.
-        PostgresCdcCurrentStateOperator.partial(
+        CdcCurrentStateOperator.partial(
             task_id="state", capture=submitted, state_path=str(tmp_path / "state"), state_engine="spark"
         ).expand(as_of_window=[""])
     af.register(state_dag)
@@ -325,11 +323,11 @@ def _small_refresh_without_a_jvm(db, conn_id, tmp_path, spark) -> None:
     script = f"""
 import json, sys
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcCurrentStateOperator
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 capture = PostgresCapture(postgres_conn_id={conn_id!r}, topic_prefix="shop", sink_path={str(tmp_path)!r},
     slot_name={db.slot!r}, publication_name={db.publication!r}, tables={list(shop.TABLES)!r},
     spark_conn_id="spark_local")
-state = PostgresCdcCurrentStateOperator(task_id="state", capture=capture, state_path={str(tmp_path / "arrow")!r})
+state = CdcCurrentStateOperator(task_id="state", capture=capture, state_path={str(tmp_path / "arrow")!r})
 engines = sorted({{r["engine"] for r in state.execute({{}})}})
 print("RESULT " + json.dumps({{"engines": engines, "pyspark": "pyspark" in sys.modules}}))
 """

@@ -28,11 +28,9 @@ from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.window import Window, window_id_for
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcSetupOperator,
-    PostgresCdcSnapshotOperator,
-)
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from airflow_provider_cdc.testing import shop
 from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
 from airflow_provider_cdc.version_compat import AirflowFailException
@@ -106,9 +104,9 @@ def recovery_dag(dag_id: str, capture: CrashCapture, errors: dict, *, retries: i
     ) as dag:
         operator_capture = capture.capture()
         (
-            PostgresCdcSetupOperator(task_id="setup", capture=operator_capture)
-            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=operator_capture)
-            >> PostgresCdcBatchOperator(task_id="window", capture=operator_capture)
+            CdcSetupOperator(task_id="setup", capture=operator_capture)
+            >> CdcSnapshotOperator(task_id="snapshot", capture=operator_capture)
+            >> CdcWindowOperator(task_id="window", capture=operator_capture)
         )
     af.register(dag)
     return dag

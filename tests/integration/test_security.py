@@ -247,9 +247,10 @@ MISSING_GRANTS = [
 
 def run_until_failure(capture) -> tuple[str | None, str]:
     """The setup, then the snapshot task's code (outside a DAG: much faster) until one fails."""
-    from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcSetupOperator, PostgresCdcSnapshotOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
 
-    for task_id, operator in (("setup", PostgresCdcSetupOperator), ("snapshot", PostgresCdcSnapshotOperator)):
+    for task_id, operator in (("setup", CdcSetupOperator), ("snapshot", CdcSnapshotOperator)):
         try:
             operator(task_id=task_id, capture=capture).execute({})
         except Exception as exc:
@@ -321,7 +322,7 @@ def test_credentials_never_appear_anywhere(db15, airflow_db, spark, tmp_path, mo
 
     from airflow_provider_cdc import spark_runner
     from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook
-    from airflow_provider_cdc.sensors.postgres_cdc import PostgresCdcChangesSensor
+    from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
     from airflow_provider_cdc.triggers.postgres_cdc import PostgresCdcChangesTrigger
 
     caplog.set_level(logging.INFO)
@@ -383,9 +384,7 @@ def test_credentials_never_appear_anywhere(db15, airflow_db, spark, tmp_path, mo
             start_date=af.START,
             default_args={"on_failure_callback": af.failure_recorder(errors)},
         ) as dag:
-            PostgresCdcChangesSensor(
-                task_id="wait", capture=capture, poke_interval=1, timeout=60, require_captured_change=True
-            )
+            CdcChangesSensor(task_id="wait", capture=capture, poke_interval=1, timeout=60, require_captured_change=True)
         af.register(dag)
         return dag
 

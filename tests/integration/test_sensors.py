@@ -70,7 +70,7 @@ def sensor_dag(dag_id: str, capture, errors: dict, *, setup: bool = False, **sen
     ``setup``)."""
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
     from airflow_provider_cdc.sensors.cdc import CdcChangesSensor
 
     with DAG(

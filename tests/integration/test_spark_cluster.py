@@ -51,12 +51,10 @@ def local_dag(capture, state_path: str, errors: dict):
     """The example DAG's tasks for a capture whose jobs run in the task's process."""
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.postgres_cdc import (
-        PostgresCdcBatchOperator,
-        PostgresCdcCurrentStateOperator,
-        PostgresCdcSetupOperator,
-        PostgresCdcSnapshotOperator,
-    )
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     with DAG(
         "local_twin",
@@ -66,10 +64,10 @@ def local_dag(capture, state_path: str, errors: dict):
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as dag:
         (
-            PostgresCdcSetupOperator(task_id="setup", capture=capture)
-            >> PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-            >> PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
-            >> PostgresCdcCurrentStateOperator(
+            CdcSetupOperator(task_id="setup", capture=capture)
+            >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
+            >> CdcWindowOperator(task_id="capture_window", capture=capture)
+            >> CdcCurrentStateOperator(
                 task_id="current_state", capture=capture, state_path=state_path, state_engine="spark"
             )
         )

@@ -144,9 +144,9 @@ class PostgresCrashSource(CrashSource):
 
     NAME = "postgres"
     OPERATOR_NAMES = {
-        "setup": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcSetupOperator",
-        "snapshot": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcSnapshotOperator",
-        "batch": "airflow_provider_cdc.operators.postgres_cdc:PostgresCdcBatchOperator",
+        "setup": "airflow_provider_cdc.operators.setup:CdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.snapshot:CdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.window:CdcWindowOperator",
     }
 
     def __init__(self, db: CaptureDatabase, conn_id: str, offset_table: str = "cdc_state.offsets"):
@@ -229,9 +229,9 @@ class StandInCrashSource(CrashSource):
 
     #: Both stand-in sources run the shared operators.
     OPERATOR_NAMES = {
-        "setup": "airflow_provider_cdc.operators.cdc:CdcSetupOperator",
-        "snapshot": "airflow_provider_cdc.operators.cdc:CdcSnapshotOperator",
-        "batch": "airflow_provider_cdc.operators.cdc:CdcBatchOperator",
+        "setup": "airflow_provider_cdc.operators.setup:CdcSetupOperator",
+        "snapshot": "airflow_provider_cdc.operators.snapshot:CdcSnapshotOperator",
+        "batch": "airflow_provider_cdc.operators.window:CdcWindowOperator",
     }
     #: The test workload's module (imported where it runs).
     WORKLOAD: ClassVar[str]

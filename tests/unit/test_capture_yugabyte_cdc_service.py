@@ -145,7 +145,7 @@ def test_ids_embed_the_oids_as_yugabytedb_lays_them_out():
 def test_setup_refuses_a_schedule_longer_than_the_retention(schedule, refused):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import check_schedule_within_retention
+    from airflow_provider_cdc.operators.setup import check_schedule_within_retention
 
     dag = DAG("d", schedule=schedule, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
     if refused:

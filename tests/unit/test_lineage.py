@@ -10,11 +10,9 @@ import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcCurrentStateOperator,
-    PostgresCdcSnapshotOperator,
-)
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 
 pytest.importorskip("airflow.providers.openlineage")
 
@@ -42,9 +40,9 @@ def test_start_events_claim_no_dataset(tmp_path):
     capture = _capture(tmp_path / "lake")
     with DAG("lineage_start", schedule=None, start_date=START):
         operators = [
-            PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture),
-            PostgresCdcBatchOperator(task_id="window", capture=capture),
-            PostgresCdcCurrentStateOperator(task_id="state", capture=capture, state_path=str(tmp_path / "state")),
+            CdcSnapshotOperator(task_id="snapshot", capture=capture),
+            CdcWindowOperator(task_id="window", capture=capture),
+            CdcCurrentStateOperator(task_id="state", capture=capture, state_path=str(tmp_path / "state")),
         ]
     for operator in operators:
         assert operator.outlets, "the task keeps its outlets (its asset events)"
@@ -71,7 +69,7 @@ def test_state_lineage_reports_only_versions_written(tmp_path, result, changed):
 
     capture = _capture(tmp_path / "lake", sink_format="iceberg")
     with DAG("lineage_state", schedule=None, start_date=START):
-        operator = PostgresCdcCurrentStateOperator(task_id="s", capture=capture, state_path=str(tmp_path / "state"))
+        operator = CdcCurrentStateOperator(task_id="s", capture=capture, state_path=str(tmp_path / "state"))
     operator._ran = True
     operator._state_results = [{"topic": Topic.for_table("acc", "public", "t").name, **result}]
     inputs, outputs = _extract(operator, "success")

@@ -11,11 +11,9 @@ import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.operators.postgres_cdc import (
-    PostgresCdcBatchOperator,
-    PostgresCdcCurrentStateOperator,
-    PostgresCdcSetupOperator,
-)
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 
 SECRET = "s3cr3t-KEY-4b1d"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -48,14 +46,14 @@ def test_mapped_operators_carry_the_outlets_of_unmapped_ones():
     capture = _capture()
     include = _capture(tables=(), table_include_list=["public\\..*"])
     with DAG("mapped_outlets", schedule=None, start_date=START) as dag:
-        window = PostgresCdcBatchOperator.partial(task_id="w", capture=capture).expand(upto_lsn=["0/10", "0/20"])
-        state = PostgresCdcCurrentStateOperator.partial(task_id="s", capture=capture, state_path="/state").expand(
+        window = CdcWindowOperator.partial(task_id="w", capture=capture).expand(upto_lsn=["0/10", "0/20"])
+        state = CdcCurrentStateOperator.partial(task_id="s", capture=capture, state_path="/state").expand(
             as_of_window=["1", "2"]
         )
-        by_pattern = PostgresCdcBatchOperator.partial(task_id="p", capture=include).expand(upto_lsn=["0/10"])
-        plain_window = PostgresCdcBatchOperator(task_id="plain_w", capture=capture)
-        plain_state = PostgresCdcCurrentStateOperator(task_id="plain_s", capture=capture, state_path="/state")
-        plain_pattern = PostgresCdcBatchOperator(task_id="plain_p", capture=include)
+        by_pattern = CdcWindowOperator.partial(task_id="p", capture=include).expand(upto_lsn=["0/10"])
+        plain_window = CdcWindowOperator(task_id="plain_w", capture=capture)
+        plain_state = CdcCurrentStateOperator(task_id="plain_s", capture=capture, state_path="/state")
+        plain_pattern = CdcWindowOperator(task_id="plain_p", capture=include)
     assert _uris(window.outlets) == _uris(plain_window.outlets) and window.outlets
     assert _uris(state.outlets) == _uris(plain_state.outlets) and state.outlets
     assert _uris(by_pattern.outlets) == _uris(plain_pattern.outlets)
@@ -67,11 +65,11 @@ def test_mapped_operators_carry_the_outlets_of_unmapped_ones():
 @pytest.mark.parametrize(
     ("operator", "partial", "expand", "refused"),
     [
-        (PostgresCdcBatchOperator, {}, {"capture": "captures"}, "capture"),
-        (PostgresCdcSetupOperator, {}, {"capture": "captures"}, "capture"),
-        (PostgresCdcCurrentStateOperator, {"capture": "one"}, {"state_path": ["/a", "/b"]}, "state_path"),
+        (CdcWindowOperator, {}, {"capture": "captures"}, "capture"),
+        (CdcSetupOperator, {}, {"capture": "captures"}, "capture"),
+        (CdcCurrentStateOperator, {"capture": "one"}, {"state_path": ["/a", "/b"]}, "state_path"),
         (
-            PostgresCdcCurrentStateOperator,
+            CdcCurrentStateOperator,
             {"capture": "one", "state_path": "/s"},
             {"tables": [["public.orders"]]},
             "tables",
@@ -107,11 +105,9 @@ def test_no_credential_of_a_capture_reaches_the_serialized_dag_or_its_repr(secre
 
     capture = _capture(**secret_setting)
     with DAG("mapped_secret", schedule=None, start_date=START) as dag:
-        PostgresCdcBatchOperator.partial(task_id="w", capture=capture).expand(upto_lsn=["0/10", "0/20"])
-        PostgresCdcCurrentStateOperator.partial(task_id="s", capture=capture, state_path="/state").expand(
-            as_of_window=["1"]
-        )
-        PostgresCdcSetupOperator(task_id="setup", capture=capture)
+        CdcWindowOperator.partial(task_id="w", capture=capture).expand(upto_lsn=["0/10", "0/20"])
+        CdcCurrentStateOperator.partial(task_id="s", capture=capture, state_path="/state").expand(as_of_window=["1"])
+        CdcSetupOperator(task_id="setup", capture=capture)
     serialized = _serialized(dag)
     assert "PostgresCapture" in serialized and "'shop'" in serialized  # the capture is there, by its identifiers...
     assert SECRET not in serialized  # ...without its secret

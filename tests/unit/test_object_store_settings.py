@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
 from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = {"tables": ["public.orders"], "topic_prefix": "shop", "sink_path": "s3://lake/cdc"}

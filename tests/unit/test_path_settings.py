@@ -81,7 +81,7 @@ def test_absolute_paths_and_uris_are_kept(path):
 
 
 def test_each_outlet_names_its_own_dataset_under_a_path_with_spaces():
-    from airflow_provider_cdc.operators.assets import window_outlets
+    from airflow_provider_cdc.utils.assets import window_outlets
 
     capture = CAPTURES["postgres"](sink_path="/data/my lake", tables=["public.orders", "public.items"])
     assert [o.uri for o in window_outlets(capture)] == [
@@ -94,14 +94,14 @@ def test_each_outlet_names_its_own_dataset_under_a_path_with_spaces():
 
 @pytest.mark.parametrize(("path", "message"), REFUSED, ids=[p for p, _ in REFUSED])
 def test_a_state_path_that_cannot_name_the_outlets_is_refused_at_parse(path, message):
-    from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
     with pytest.raises(CdcConfigurationError, match=message.replace("sink_path", "state_path")):
         CdcCurrentStateOperator(task_id="state", capture=CAPTURES["postgres"](), state_path=path)
 
 
 def test_state_outlets_are_the_given_absolute_directory():
-    from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
     state = CdcCurrentStateOperator(task_id="state", capture=CAPTURES["postgres"](), state_path="/data/state/")
     assert [o.uri for o in state.outlets] == ["file:///data/state/shop.public.orders"]

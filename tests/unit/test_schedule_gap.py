@@ -10,7 +10,7 @@ import sys
 import pendulum
 import pytest
 
-from airflow_provider_cdc.operators.cdc import schedule_gap_ms
+from airflow_provider_cdc.operators.setup import schedule_gap_ms
 
 HOUR = 3_600_000
 

@@ -174,11 +174,9 @@ def test_a_submitted_window_gets_the_keys_in_its_environment_not_its_spec(
     from airflow.sdk import DAG
 
     from airflow_provider_cdc.cdc.sinks.object_store import OBJECT_STORE_SECRET_ENV
-    from airflow_provider_cdc.operators.postgres_cdc import (
-        PostgresCdcBatchOperator,
-        PostgresCdcSetupOperator,
-        PostgresCdcSnapshotOperator,
-    )
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     db = db15
     _, capture, errors = _example_on_s3(db, s3_server, s3_prefix, monkeypatch, "parquet")
@@ -194,9 +192,9 @@ def test_a_submitted_window_gets_the_keys_in_its_environment_not_its_spec(
 
     monkeypatch.setattr(SparkSubmitHook, "submit", recording_submit)
     with DAG("s3_submitted", schedule=None, default_args={"on_failure_callback": af.failure_recorder(errors)}) as dag:
-        setup = PostgresCdcSetupOperator(task_id="setup", capture=capture)
-        snapshot = PostgresCdcSnapshotOperator(task_id="snapshot", capture=capture)
-        window = PostgresCdcBatchOperator(task_id="window", capture=replace(capture, spark_conn_id="spark_local"))
+        setup = CdcSetupOperator(task_id="setup", capture=capture)
+        snapshot = CdcSnapshotOperator(task_id="snapshot", capture=capture)
+        window = CdcWindowOperator(task_id="window", capture=replace(capture, spark_conn_id="spark_local"))
         setup >> snapshot >> window
     af.register(dag)
     result = af.run(dag, 0, errors=errors)

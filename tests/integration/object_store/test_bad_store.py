@@ -197,7 +197,7 @@ def test_a_connection_without_keys_leaves_them_to_each_library_s_default_chain(s
 def test_wrong_keys_fail_the_window_task_before_the_source_is_read(s3_server, s3_prefix, airflow_db, monkeypatch):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.postgres_cdc import PostgresCdcBatchOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
     from tests.support import airflow as af
 
     _aws_connection(s3_server, monkeypatch, "lake_wrong", (ADMIN[0], WRONG_SECRET))
@@ -207,7 +207,7 @@ def test_wrong_keys_fail_the_window_task_before_the_source_is_read(s3_server, s3
     with DAG(
         "bad_store_window", schedule=None, default_args={"on_failure_callback": af.failure_recorder(errors)}
     ) as dag:
-        PostgresCdcBatchOperator(task_id="capture_window", capture=capture)
+        CdcWindowOperator(task_id="capture_window", capture=capture)
     af.register(dag)
     result = af.run(dag, errors=errors)
     assert result.tasks["capture_window"] == "failed"

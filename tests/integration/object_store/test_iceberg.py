@@ -390,7 +390,7 @@ def test_postgres_capture_lands_iceberg_tables_on_s3(db15, spark, s3_server, s3_
 
 def test_an_object_store_state_path_needs_a_catalog_at_parse(tmp_path):
     from airflow_provider_cdc.captures.postgres import PostgresCapture
-    from airflow_provider_cdc.operators.cdc import CdcCurrentStateOperator
+    from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
     capture = PostgresCapture(
         postgres_conn_id="pg",

@@ -112,7 +112,7 @@ def test_capture_lands_on_s3(db15, spark, s3_server, s3_prefix):
     ]
 
     # Lineage reads the landed schema from the store.
-    from airflow_provider_cdc.operators.lineage import _parquet_schema
+    from airflow_provider_cdc.utils.lineage import _parquet_schema
 
     schema = _parquet_schema(storage.uri(rerun.dataset(TOPIC).path))
     assert schema is not None and "op" in schema.names and "after" in schema.names

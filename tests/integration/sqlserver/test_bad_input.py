@@ -136,7 +136,9 @@ RETRIED: list[str] = []
 def capture_dag(dag_id: str, capture: SqlServerCapture, errors: dict, **window_kwargs: Any):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator, CdcSnapshotOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     def retried(context) -> None:
         RETRIED.append(f"{dag_id}.{context['task_instance'].task_id}: {context.get('exception')!r}")
@@ -157,7 +159,7 @@ def capture_dag(dag_id: str, capture: SqlServerCapture, errors: dict, **window_k
         (
             CdcSetupOperator(task_id="setup", capture=capture)
             >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
-            >> CdcBatchOperator(task_id="window", capture=capture, **window_kwargs)
+            >> CdcWindowOperator(task_id="window", capture=capture, **window_kwargs)
         )
     af.register(dag)
     return dag
@@ -261,11 +263,12 @@ DAG_FILE = """
 from airflow.sdk import DAG
 
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
-from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 
 capture = SqlServerCapture(**{kwargs!r})
 with DAG({dag_id!r}, schedule=None):
-    CdcSetupOperator(task_id="setup", capture=capture) >> CdcBatchOperator(task_id="window", capture=capture)
+    CdcSetupOperator(task_id="setup", capture=capture) >> CdcWindowOperator(task_id="window", capture=capture)
 """
 
 

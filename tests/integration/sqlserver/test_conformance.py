@@ -547,7 +547,7 @@ def test_a_purge_past_the_offset_fails_the_window(evolving):
 def _setup_dag(scenario: Scenario, name: str, conn_id: str, tables: list[str]):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
 
     capture = make_capture(conn_id, scenario.sink / name, name, tables=tables)
     with DAG(

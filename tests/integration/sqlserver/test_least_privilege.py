@@ -270,7 +270,7 @@ def test_example_dag_runs_with_exactly_the_documented_grants(least):
 def test_each_documented_grant_is_needed(least):
     """Without SELECT on one table, or on the cdc schema, setup fails before anything is written, and
     the error names the GRANT that fixes it."""
-    from airflow_provider_cdc.operators.cdc import CdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
 
     standin, login = least.standin, least.login
     capture = load_example_dag().capture

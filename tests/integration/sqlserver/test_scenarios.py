@@ -52,7 +52,7 @@ def test_key_change_is_a_delete_and_a_create_in_direct_mode(sqlserver_conn, tmp_
 def test_a_time_bounded_window_holds_exactly_the_commits_before_its_end(sqlserver_conn, tmp_path):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcBatchOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     standin, _dag, errors = _started(sqlserver_conn, tmp_path, "timed")
     standin.execute_tsql("INSERT INTO dbo.customers (id, name, balance, active) VALUES (50, N'early', 1, 1)")
@@ -66,7 +66,7 @@ def test_a_time_bounded_window_holds_exactly_the_commits_before_its_end(sqlserve
 
     capture = make_capture(_dag.task_dict["window"].capture.sqlserver_conn_id, tmp_path, standin.database)
     with DAG(f"bounded_{standin.database}", schedule=None, start_date=af.START) as bounded:
-        CdcBatchOperator(task_id="window", capture=capture, upto_time=boundary.isoformat())
+        CdcWindowOperator(task_id="window", capture=capture, upto_time=boundary.isoformat())
     af.register(bounded)
     first = af.run(bounded, 1, errors=errors)
     assert first.state == "success", errors

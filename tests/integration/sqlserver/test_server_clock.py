@@ -85,7 +85,7 @@ def test_setup_fails_when_the_server_is_not_in_the_configured_zone(sqlserver_con
     assert af.run(berlin, 0, errors=errors).state == "success", errors
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcBatchOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     errors.clear()
     with DAG(
@@ -94,7 +94,7 @@ def test_setup_fails_when_the_server_is_not_in_the_configured_zone(sqlserver_con
         start_date=af.START,
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as windows:
-        CdcBatchOperator(task_id="window", capture=capture)
+        CdcWindowOperator(task_id="window", capture=capture)
     af.register(windows)
     standin.set_time_zone("America/New_York")  # the server moved: the next window, not only setup, refuses
     moved = af.run(windows, 1, errors=errors)
@@ -171,7 +171,7 @@ def test_a_time_bounded_window_in_the_repeated_hour_ends_at_the_right_commit(sql
     # but is after it; the 02:40 CEST commit (00:40 UTC) is before it.
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcBatchOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
 
     standin, dag, errors = _started(
         sqlserver_conn, tmp_path, "bounded", FALL_BACK - timedelta(hours=2), server_time_zone=BERLIN
@@ -181,7 +181,7 @@ def test_a_time_bounded_window_in_the_repeated_hour_ends_at_the_right_commit(sql
     _commit_at(standin, FALL_BACK + timedelta(minutes=10), 2, 2)
     capture = dag.task_dict["window"].capture
     with DAG(f"bounded_w_{standin.database}", schedule=None, start_date=af.START) as bounded:
-        CdcBatchOperator(task_id="window", capture=capture, upto_time=(FALL_BACK - timedelta(minutes=10)).isoformat())
+        CdcWindowOperator(task_id="window", capture=capture, upto_time=(FALL_BACK - timedelta(minutes=10)).isoformat())
     af.register(bounded)
     run = af.run(bounded, 1, errors=errors)
     assert run.state == "success", errors

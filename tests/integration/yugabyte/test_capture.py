@@ -6,7 +6,9 @@ import pytest
 
 from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
-from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator, CdcSnapshotOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from tests.support import airflow as af
 from tests.support import yb_workload as workload
 from tests.support.oracle import assert_same_state, events_of, replay
@@ -42,7 +44,7 @@ def capture_dag(dag_id: str, capture: YugabyteCapture, errors: dict, **window_kw
         (
             CdcSetupOperator(task_id="setup", capture=capture)
             >> CdcSnapshotOperator(task_id="snapshot", capture=capture)
-            >> CdcBatchOperator(task_id="window", capture=capture, **window_kwargs)
+            >> CdcWindowOperator(task_id="window", capture=capture, **window_kwargs)
         )
     af.register(dag)
     return dag

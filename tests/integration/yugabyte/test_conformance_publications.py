@@ -174,7 +174,9 @@ def test_s_case_13_a_transaction_of_unpublished_tables_only_is_not_sent(yugabyte
 def _dags(conn_id, sink, database, errors, tag: str, **overrides):
     from airflow.sdk import DAG
 
-    from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator, CdcSnapshotOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
+    from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+    from airflow_provider_cdc.operators.window import CdcWindowOperator
     from tests.integration.yugabyte.test_capture import make_capture
     from tests.support import airflow as af
 
@@ -187,7 +189,7 @@ def _dags(conn_id, sink, database, errors, tag: str, **overrides):
     with DAG(
         f"yb_{database}_w{tag}", schedule="@hourly", start_date=af.START, catchup=False, default_args=args
     ) as then:
-        CdcBatchOperator(task_id="window", capture=capture)
+        CdcWindowOperator(task_id="window", capture=capture)
     af.register(first)
     af.register(then)
     return first, then
@@ -205,7 +207,7 @@ def test_p_a_first_window_later_than_4_hours_after_the_slot_is_refused(yugabyte_
     yb-tserver reference: "it should be polled at least once within this interval of stream / slot
     creation")."""
     import airflow_provider_cdc.captures.yugabyte as yb_capture
-    import airflow_provider_cdc.operators.cdc as operators
+    import airflow_provider_cdc.operators.window as operators
     from tests.support import airflow as af
     from tests.support import yb_workload as workload
 
@@ -215,9 +217,9 @@ def test_p_a_first_window_later_than_4_hours_after_the_slot_is_refused(yugabyte_
     snapshot, window = _dags(conn_id, tmp_path, standin.database, errors, "")
     assert af.run(snapshot, 0, errors=errors).state == "success", errors
     standin.pass_time(5 * HOUR_MS)  # five hours pass for the server ...
-    real_now = yb_capture._now_ms
+    real_now = yb_capture.now_ms
     for module in (yb_capture, operators):  # ... and for the capture
-        monkeypatch.setattr(module, "_now_ms", lambda: real_now() + 5 * HOUR_MS)
+        monkeypatch.setattr(module, "now_ms", lambda: real_now() + 5 * HOUR_MS)
     workload.mutate(standin, 1)
     assert af.run(window, 1, errors=errors).state == "failed"
     message = str(errors["window"])

@@ -328,7 +328,7 @@ def _check(least, case, failed: str | None, message: str) -> None:
 def test_each_documented_grant_is_needed(least):
     """Without any one of the documented grants (or the heartbeat table in the publication) a task of
     the example fails, its error naming what is missing; with all of them back, it runs."""
-    from airflow_provider_cdc.operators.cdc import CdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
 
     example = least.example()
     # Setup's checks come first (a bare execute: it fails before it reads the offset's Variable).

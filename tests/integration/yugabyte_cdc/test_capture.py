@@ -12,7 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
-from airflow_provider_cdc.operators.cdc import CdcBatchOperator, CdcSetupOperator, CdcSnapshotOperator
+from airflow_provider_cdc.operators.setup import CdcSetupOperator
+from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_provider_cdc.operators.window import CdcWindowOperator
 from tests.support import airflow as af
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, airflow_connection, standin_for
@@ -63,7 +65,7 @@ def capture_dag(dag_id: str, capture, errors: dict, *, schedule: str = "@hourly"
         default_args={"on_failure_callback": af.failure_recorder(errors)},
     ) as dag:
         setup = CdcSetupOperator(task_id="setup", capture=capture)
-        window = CdcBatchOperator(task_id="window", capture=capture)
+        window = CdcWindowOperator(task_id="window", capture=capture)
         if snapshot:
             setup >> CdcSnapshotOperator(task_id="snapshot", capture=capture) >> window
         else:

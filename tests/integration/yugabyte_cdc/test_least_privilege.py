@@ -208,7 +208,7 @@ def test_example_dag_runs_with_exactly_the_documented_grants(least):
 )  # fmt: skip
 def test_each_documented_grant_is_needed(least, take, give_back, expected):
     """Without CONNECT, or USAGE on the tables' schema, setup fails naming what is missing."""
-    from airflow_provider_cdc.operators.cdc import CdcSetupOperator
+    from airflow_provider_cdc.operators.setup import CdcSetupOperator
 
     yb, role = least["yb"], least["role"]
     capture = load_example_dag().capture

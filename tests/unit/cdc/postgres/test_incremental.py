@@ -23,11 +23,7 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.window import Window
-from airflow_provider_cdc.operators.cdc import (
-    _check_covers_staged_chunks,
-    _incremental_update,
-    airflow_signals,
-)
+from airflow_provider_cdc.operators.window import airflow_signals, check_covers_staged_chunks, incremental_update
 
 ORDERS, ITEMS = TableRef("public", "orders"), TableRef("public", "items")
 CAPTURED = [ORDERS, ITEMS]
@@ -141,10 +137,10 @@ def test_a_window_must_cover_the_high_watermarks_of_the_chunks_it_emits():
     offset = PostgresOffset(
         identity=OffsetIdentity("t", "1", "db", "slot"), incremental=IncrementalState(staged=(chunk,))
     )
-    _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(20), 0), offset)
-    _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), None)
+    check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(20), 0), offset)
+    check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), None)
     with pytest.raises(CdcConfigurationError, match="upto_lsn 0/13 is before 0/14, the high watermark"):
-        _check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), offset)
+        check_covers_staged_chunks(Window(2, "stream", Lsn(5), Lsn(19), 0), offset)
 
 
 # -- Airflow-side signals -----------------------------------------------------------------------
@@ -164,8 +160,8 @@ def test_airflow_signals_are_applied_once_across_retries():
     signals = airflow_signals(None, context, "window", run_conf_types=("execute-snapshot",), capture="t")
     assert [s.id for s in signals] == ["airflow:d:r1:window:conf:0"]
     offset = PostgresOffset(identity=OffsetIdentity("t", "1", "db", "slot"))
-    state, _, notes = _incremental_update(offset, signals, [], CAPTURED)
-    retried, _, notes = _incremental_update(PostgresOffset(offset.identity, incremental=state), signals, [], CAPTURED)
+    state, _, notes = incremental_update(offset, signals, [], CAPTURED)
+    retried, _, notes = incremental_update(PostgresOffset(offset.identity, incremental=state), signals, [], CAPTURED)
     assert retried == state and "already applied" in notes[0]
 
 
@@ -224,7 +220,7 @@ def test_run_conf_tables_are_exact_names_not_patterns_and_ids_stay_apart_from_th
 
 def test_new_tables_join_the_incremental_snapshot_and_are_remembered():
     offset = PostgresOffset(identity=OffsetIdentity("t", "1", "db", "slot"), extra={"tables": [["public", "orders"]]})
-    state, known, _ = _incremental_update(offset, [], [ITEMS], CAPTURED)
+    state, known, _ = incremental_update(offset, [], [ITEMS], CAPTURED)
     assert [t.table for t in state.active] == [ITEMS]
     assert known == {"tables": [["public", "orders"], ["public", "items"]]}
 

@@ -16,11 +16,10 @@ landed (Airflow 3.3 has no way to leave an outlet without an event on success).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.landed import (
     CHANGE_EVENTS,
     MESSAGES,
@@ -30,6 +29,9 @@ from airflow_provider_cdc.cdc.landed import (
     state_datasets,
 )
 from airflow_provider_cdc.cdc.tables import TableRef
+
+if TYPE_CHECKING:  # for annotations only: utils sits below the captures
+    from airflow_provider_cdc.captures.base import Capture
 
 ASSET_GROUP = "cdc"
 
