@@ -20,15 +20,19 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture, SourceRun
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     CdcError,
     CdcStateError,
     InvalidLsnError,
     SnapshotRequiredError,
 )
-from airflow_provider_cdc.cdc.incremental import (
+from airflow_provider_cdc.cdc.basics.naming import Topic, gap_topic, is_staged_topic, message_topic, side_topics
+from airflow_provider_cdc.cdc.basics.positions import Position
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.incremental import (
     MAX_RUN_CONF_SIGNALS,
     IncrementalState,
     Signal,
@@ -38,21 +42,17 @@ from airflow_provider_cdc.cdc.incremental import (
     check_run_conf_signal,
     remember_applied,
 )
-from airflow_provider_cdc.cdc.naming import Topic, gap_topic, is_staged_topic, message_topic, side_topics
-from airflow_provider_cdc.cdc.offset import CaptureOffset
-from airflow_provider_cdc.cdc.planning import (
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
+from airflow_provider_cdc.cdc.planning.plan import (
     checkpoint,
     decide_snapshot,
     offset_after_commit,
     plan_snapshot_window,
     reconcile,
 )
-from airflow_provider_cdc.cdc.positions import Position
-from airflow_provider_cdc.cdc.runs import RunDecision, RunInterval, decide, state_target
+from airflow_provider_cdc.cdc.planning.runs import RunDecision, RunInterval, decide, state_target
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
 from airflow_provider_cdc.operators.runs import run_interval
 from airflow_provider_cdc.version_compat import (
@@ -74,7 +74,7 @@ def fail_fast_on_terminal_errors(capture: Capture | None = None) -> Iterator[Non
     The replacement carries the original's message and traceback (where the engine raised it)
     and is not chained to it, so the task log shows one traceback, not a "direct cause" pair.
     """
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
 
     lost = capture.connection_errors() if capture is not None else _postgres_connection_errors()
     source = capture.SOURCE_NAME if capture is not None else "PostgreSQL"
@@ -841,8 +841,8 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
 
     def _fold(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_cdc import spark_runner
+        from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
         from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
-        from airflow_provider_cdc.cdc.spec import StateJobSpec
 
         capture = self.capture
         if is_object_store(self.state_path):  # before the job: a store it cannot write fails here, clearly
@@ -875,14 +875,14 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         # (with spark_conn_id too: no spark-submit), a larger one in Spark as before.
         from dataclasses import replace
 
-        from airflow_provider_cdc.cdc.state_arrow import ARROW, choose_engine
+        from airflow_provider_cdc.cdc.state.arrow import ARROW, choose_engine
 
         engine, size = choose_engine(spec)
         self.log.info("current-state engine: %s%s", engine, "" if size is None else f" ({size})")
         spec = replace(spec, state_engine=engine)
         with self._running():
             if capture.spark_conn_id is None or engine == ARROW:
-                from airflow_provider_cdc.cdc.state import run_state_job
+                from airflow_provider_cdc.cdc.state.jobs import run_state_job
 
                 results = run_state_job(spec)
             else:

@@ -9,7 +9,7 @@ import pendulum
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcBatchOperator,
     PostgresCdcCurrentStateOperator,

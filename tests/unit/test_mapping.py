@@ -10,7 +10,7 @@ import pendulum
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.operators.postgres_cdc import (
     PostgresCdcBatchOperator,
     PostgresCdcCurrentStateOperator,

@@ -68,9 +68,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import DataScan, Table, Transaction, _parquet_files_to_data_files
 from pyiceberg.transforms import TruncateTransform
 
-from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic, directory_parts, topic_location
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic, directory_parts, topic_location
+from airflow_provider_cdc.cdc.basics.window import window_id_for
+from airflow_provider_cdc.cdc.events.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.formats import (
     CATALOG_DIR,
@@ -90,7 +91,6 @@ from airflow_provider_cdc.cdc.sinks.storage import (
     inside,
     is_uri,
 )
-from airflow_provider_cdc.cdc.window import window_id_for
 
 PARTITION_FIELD = "window_id_trunc"
 #: Snapshot summary key: the newest window seq the table ever held (every snapshot we make has it).

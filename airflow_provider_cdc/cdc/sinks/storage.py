@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import encoded_uri
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import encoded_uri
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sinks import object_store, storage
 from airflow_provider_cdc.cdc.sinks.storage import check_writable
 from tests.support.s3_server import ADMIN, BUCKET, READER

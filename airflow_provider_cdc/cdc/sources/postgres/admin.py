@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     ConcurrentCaptureError,
     PublicationError,
@@ -22,7 +22,8 @@ from airflow_provider_cdc.cdc.errors import (
     SlotMissingError,
     UnknownTableError,
 )
-from airflow_provider_cdc.cdc.incremental import signal_columns_problem
+from airflow_provider_cdc.cdc.basics.tables import select_tables
+from airflow_provider_cdc.cdc.planning.incremental import signal_columns_problem
 from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.attached_code import (
     signal_table_write_problems,
@@ -37,7 +38,6 @@ from airflow_provider_cdc.cdc.sources.postgres.tables import (
     pg_identifier,
 )
 from airflow_provider_cdc.cdc.sources.postgres.types import resolve_types
-from airflow_provider_cdc.cdc.tables import select_tables
 
 PLUGIN = "pgoutput"
 MIN_SERVER_VERSION = 140000  # pgoutput 'messages' option and streaming-safe protocol v1

@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.column_plan import ColumnPlan
-from airflow_provider_cdc.cdc.envelope import (
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.events.column_plan import ColumnPlan
+from airflow_provider_cdc.cdc.events.envelope import (
     SOURCE_COMMON_FIELDS,
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
@@ -29,8 +30,7 @@ from airflow_provider_cdc.cdc.envelope import (
     Op,
     message_schema,
 )
-from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.postgres import columnar
 from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn
 from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
-from airflow_provider_cdc.cdc.sources.postgres import values as pgv
-from airflow_provider_cdc.cdc.value_modes import (  # re-exported: PostgreSQL code imports them from here
+from airflow_provider_cdc.cdc.events.value_modes import (  # re-exported: PostgreSQL code imports them from here
     BINARY_MODES,
     DECIMAL_MODES,
     DEFAULT_PLACEHOLDER,
@@ -35,6 +33,8 @@ from airflow_provider_cdc.cdc.value_modes import (  # re-exported: PostgreSQL co
     ValueConversionError,
     ValueModes,
 )
+from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
+from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 
 __all__ = [
     "BINARY_MODES",

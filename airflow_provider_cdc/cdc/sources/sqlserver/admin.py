@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     ConcurrentCaptureError,
     ServerConfigurationError,
     UnknownTableError,
 )
-from airflow_provider_cdc.cdc.incremental import signal_columns_problem
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES, TableRef, find_column, select_tables
+from airflow_provider_cdc.cdc.planning.incremental import signal_columns_problem
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_number, server_said
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn, lsn_or_none
 from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef, find_column, select_tables
 
 #: ``sys.databases.snapshot_isolation_state``: 1 = ON (0 OFF, 2 turning off, 3 turning on).
 SNAPSHOT_ISOLATION_ON = 1

@@ -44,7 +44,7 @@ import re
 
 import numpy as np
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, ColumnValue
 from airflow_provider_cdc.cdc.sources.postgres.types import BYTEA, FLOAT4, INTERVAL, NUMERIC, PgType

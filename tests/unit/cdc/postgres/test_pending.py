@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.pending import slot_readiness
 
 
