@@ -46,7 +46,7 @@ from airflow_provider_cdc.cdc.planning.spec import (
 )
 from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
 from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
-from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
+from airflow_provider_cdc.cdc.sinks.path_checks import check_path_setting
 from airflow_provider_cdc.offsets.base import OffsetStore
 
 OFFSET_STORES = ("variable", "state_table")
@@ -344,7 +344,8 @@ class Capture(ABC):
         """Setup's sink checks: the path can hold the sink (on an object store: a probe object
         written and deleted) and the table format, if any, can be written."""
         from airflow_provider_cdc.cdc.sinks.lake_tables import check_table_sink_ready
-        from airflow_provider_cdc.cdc.sinks.storage import check_writable, exposed_root
+        from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+        from airflow_provider_cdc.cdc.sinks.storage import exposed_root
 
         check_writable(self.sink_path)
         exposed = exposed_root(self.sink_path)  # a warning, not a failure: sharing through a group may be intended

@@ -52,7 +52,8 @@ from airflow_provider_cdc.cdc.planning.plan import (
 )
 from airflow_provider_cdc.cdc.planning.runs import RunDecision, RunInterval, decide, state_target
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
-from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
 from airflow_provider_cdc.operators.runs import run_interval
 from airflow_provider_cdc.version_compat import (
@@ -808,7 +809,7 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         state_engine: str = "auto",
         **kwargs: Any,
     ) -> None:
-        from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
+        from airflow_provider_cdc.cdc.sinks.path_checks import check_path_setting
         from airflow_provider_cdc.operators.assets import state_outlets
 
         if state_engine not in ("auto", "arrow", "spark"):  # checked at parse; no pyarrow import here

@@ -22,7 +22,8 @@ from airflow_provider_cdc.cdc.planning.runs import decide, record_run
 from airflow_provider_cdc.cdc.planning.spec import DEFAULT_SPARK_MASTER, SparkOptions
 from airflow_provider_cdc.cdc.reading.query_extract import QueryExtraction, QueryOffset
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
-from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from airflow_provider_cdc.offsets.base import OffsetStore
 from airflow_provider_cdc.operators.postgres_cdc import fail_fast_on_terminal_errors
 from airflow_provider_cdc.operators.runs import run_interval
