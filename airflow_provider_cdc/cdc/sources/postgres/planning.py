@@ -29,9 +29,9 @@ from airflow_provider_cdc.cdc.planning.plan import (
     validate_snapshot_mode,
 )
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
+from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 __all__ = [
     "SNAPSHOT_MODES",

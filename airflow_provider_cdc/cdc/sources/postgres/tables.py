@@ -72,3 +72,8 @@ def pg_identifier(ref: TableRef):  # -> psycopg.sql.Identifier
     from psycopg import sql
 
     return sql.Identifier(ref.schema, ref.name)
+
+
+def sql_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier, for the statements a message tells an administrator to run."""
+    return '"' + name.replace('"', '""') + '"'

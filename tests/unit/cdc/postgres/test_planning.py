@@ -13,7 +13,6 @@ from airflow_provider_cdc.cdc.basics.errors import (
 )
 from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.planning import (
@@ -23,6 +22,7 @@ from airflow_provider_cdc.cdc.sources.postgres.planning import (
     plan_stream_window,
     reconcile,
 )
+from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 ID = OffsetIdentity("shop", "42", "db", "slot")
 
