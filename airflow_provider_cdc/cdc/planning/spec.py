@@ -195,7 +195,7 @@ class StateJobSpec:
     table_catalog_secret_property: str | None = None  # as in CaptureOptions
     table_catalog_secret: str | None = field(default=None, repr=False, compare=False)
     object_store: ObjectStoreAccess | None = None  # as in CaptureOptions
-    # "spark", "arrow" (no JVM: state_arrow) or "auto" (Arrow for a small refresh, see state_arrow).
+    # "spark", "arrow" (no JVM: state/arrow.py) or "auto" (Arrow for a small refresh, see there).
     state_engine: str = "spark"
 
     job = "current_state"

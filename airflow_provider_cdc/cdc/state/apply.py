@@ -40,7 +40,7 @@ def apply_windows(
 
     ``force_rebuild``: fold ``as_of_seq``'s state from the events into a rebuilt version whatever
     the current one is (lake-format sinks keep their current state in a table, not here).
-    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :mod:`.state_arrow`)."""
+    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :mod:`.arrow`)."""
     provider = None if engine == "arrow" else (lambda: spark)
     sink = storage_for(sink_path, provider)
     state = storage_for(state_path, provider)

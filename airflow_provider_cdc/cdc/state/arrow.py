@@ -228,7 +228,7 @@ def write_version_arrow(rows: pa.Table, uri: str) -> int:
 
 
 class ArrowFold:
-    """The engine operations :func:`.state_merge.merge_windows` needs, on Arrow: the events are
+    """The engine operations :func:`.merge.merge_windows` needs, on Arrow: the events are
     an Arrow table in the worker's memory, the fold is :func:`.state_fold_arrow.fold`."""
 
     label = "arrow"
@@ -267,7 +267,7 @@ class ArrowFold:
 
 
 def merge_windows_arrow(events: pa.Table | None, state: Any, *, tag: Any, snapshot_seq: int | None = None) -> Any:
-    """:func:`.state_merge.merge_windows` on Arrow: the same decisions and state-table calls."""
+    """:func:`.merge.merge_windows` on Arrow: the same decisions and state-table calls."""
     from airflow_provider_cdc.cdc.state.merge import merge_windows
 
     return merge_windows(None, events, state, tag=tag, snapshot_seq=snapshot_seq, engine=ArrowFold())

@@ -1,7 +1,7 @@
 """The current-state fold on Arrow: :func:`.state.fold` without Spark, for small refreshes.
 
 Same inputs and outputs as the Spark fold (events in the event schema, state rows or None as the
-base; the state rows out, or None), same semantics (see :mod:`.state`), and the same steps in the
+base; the state rows out, or None), same semantics (see :mod:`.spark_fold`), and the same steps in the
 same order, so both give the same table, quirks included (a property test holds them equal):
 
 - positions ``(window, snapshot rows first, commit position, total_order)``, the last truncate

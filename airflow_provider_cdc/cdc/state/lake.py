@@ -4,7 +4,7 @@ For each captured table the state is a lake table of the sink's format at
 ``<state_path>/<topic dir>`` (Iceberg: identifier ``<prefix>_state.<schema>.<table>`` in the
 sink's catalog, or a SQLite catalog in ``<state_path>/_cdc_catalog/``). A run applies the
 committed windows after the one the table holds (its newest commit's tag) with
-:func:`.state_merge.merge_windows`, touching only the rows and files of the keys they changed.
+:func:`.merge.merge_windows`, touching only the rows and files of the keys they changed.
 
 ``as_of`` (a backfill, a cleared run, ``as_of_window``) is the format's time travel to the
 version tagged with that window; when the job never stopped at that window (it ran at windows 3

@@ -1,4 +1,4 @@
-"""Current-state tables: each captured table rebuilt from its committed change events.
+"""The current-state fold: each captured table rebuilt from its committed change events.
 
 For one table, events apply in order ``(window, snapshot rows first, commit LSN, total_order)``:
 
@@ -13,12 +13,10 @@ For one table, events apply in order ``(window, snapshot rows first, commit LSN,
 - tables without a key (``REPLICA IDENTITY FULL``) are multisets: creates add a row, deletes
   remove one equal row, updates do both.
 
-State versions are written under ``<state_path>/<topic dir>/version=<window id>-<attempt>/``
-and recorded in ``<state_path>/_state_log/<prefix>/<topic dir>/<n>.json``. Applying windows
-that are already applied changes nothing; ``as_of`` rebuilds the state at any committed window
-without moving the current version. Runs in Spark, so tables larger than memory work. On an
-object store Spark's tasks read and write the versions with Arrow (:mod:`.sinks.spark_files`), and
-the state log's entries are published with one conditional PUT, as the commit log's.
+The fold, in Spark (window functions partitioned by key), so tables larger than memory work;
+:mod:`.arrow_fold` is the same fold in Arrow. Where the folded rows go: :mod:`.apply` (a Parquet
+sink's state versions, :mod:`.versions`) and :mod:`.merge` (an Iceberg or Delta state table). On an
+object store Spark's tasks read and write with Arrow (:mod:`.sinks.spark_files`).
 """
 
 from __future__ import annotations

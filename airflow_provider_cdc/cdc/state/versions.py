@@ -35,7 +35,7 @@ class StateResult:
     version: StateVersion | None
     applied_windows: tuple[str, ...]
     action: str  # "applied", "rebuilt", "unchanged", "empty"; lake tables: also "time_travel"
-    detail: dict | None = None  # lake tables: what the MERGE did (state_merge.MergeResult)
+    detail: dict | None = None  # lake tables: what the MERGE did (merge.MergeResult)
 
     def to_dict(self) -> dict:
         return {

@@ -1,6 +1,6 @@
 """The job spec of a CDC-service stream window: everything its job needs, as one JSON-able value.
 
-Common fields come from :mod:`cdc.spec`; the source's own are the cluster's master addresses,
+Common fields come from :mod:`cdc.planning.spec`; the source's own are the cluster's master addresses,
 the DB stream id, the database name (``source.db``), the window's start tablet positions (the
 offset's tablet checkpoints, :class:`~.checkpoints.TabletCheckpoints`), the previous window's last
 commit hybrid time (the first event's ``source.sequence``), the stream's record type when the
