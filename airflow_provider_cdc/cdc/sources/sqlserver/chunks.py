@@ -34,9 +34,10 @@ from airflow_provider_cdc.cdc.events.settings import EventContext, read_event_ts
 from airflow_provider_cdc.cdc.planning.incremental import StagedChunk
 from airflow_provider_cdc.cdc.planning.row_filter import render
 from airflow_provider_cdc.cdc.reading.chunks import ChunkPlan, ChunkRead
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, quote
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import SOURCE_BLOCK, source_block
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn
 
 _FETCH_ROWS = 10_000
 _POLL_SECONDS = 0.5

@@ -25,8 +25,9 @@ from airflow_provider_cdc.cdc.events.envelope import (
     UNCHANGED_LIST,
 )
 from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings, read_event_ts_ms
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import lsn_texts
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import Codec, codec_for, text_codec
 
 CONNECTOR = "sqlserver"

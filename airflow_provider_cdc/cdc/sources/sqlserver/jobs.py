@@ -19,7 +19,6 @@ from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SignalTable,
     SqlServerChunkPositions,
@@ -39,6 +38,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
     merged_changes,
     readable,
 )
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import TableInfo
 
 log = logging.getLogger(__name__)
 

@@ -47,13 +47,14 @@ from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.events.envelope import Op, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     SOURCE_BLOCK,
     StreamEventBuffer,
     TableEncoder,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import CaptureInstance, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import MAX
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.events.settings import EventContext
 from airflow_provider_cdc.cdc.planning.incremental import StagedChunk, TableProgress
 from airflow_provider_cdc.cdc.reading.chunks import ChunkKeyWatch, ChunkPlan, surviving_rows
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SqlServerChunkPositions,
     _bound,
@@ -27,6 +26,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.events import SOURCE_BLOCK
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import SqlServerType
 
 REF = TableRef("dbo", "orders")

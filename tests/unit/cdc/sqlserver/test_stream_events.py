@@ -23,10 +23,10 @@ from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.events.columns import ColumnRules, MaskRule
 from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder, source_block
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import MAX_SQLSERVER_LSN, SqlServerLsn, lsn_texts
 from airflow_provider_cdc.cdc.sources.sqlserver.stream import WindowReader
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import CaptureInstance, SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import SqlServerType
 
 CONTEXT = EventContext(topic_prefix="shop", database="shopdb", window_id="w-7", ts_ms=1_700_000_000_000)
