@@ -316,7 +316,7 @@ def test_a_capture_lands_delta_tables_and_their_current_state_on_s3(db15, spark,
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.state.jobs import run_state_job
-    from airflow_provider_cdc.cdc.state.lake import state_table
+    from airflow_provider_cdc.cdc.state.tables import state_table
     from tests.support.databases import snapshot_window, stream_window
     from tests.support.oracle import assert_same_state, replay, source_rows
 

@@ -316,7 +316,7 @@ def test_an_object_store_sink_needs_a_catalog(s3_prefix):
     # Below the parse check too: no SQLite catalog is made for a bucket (the sink's or the state's).
     with pytest.raises(CdcConfigurationError, match="table_catalog"):
         _ = table_format("iceberg", s3_prefix, "t").catalog
-    from airflow_provider_cdc.cdc.state.lake import state_table
+    from airflow_provider_cdc.cdc.state.tables import state_table
 
     state = None
     with pytest.raises(CdcConfigurationError, match="table_catalog"):
@@ -333,7 +333,7 @@ def test_postgres_capture_lands_iceberg_tables_on_s3(db15, spark, s3_server, s3_
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.state.jobs import run_state_job
-    from airflow_provider_cdc.cdc.state.lake import state_table
+    from airflow_provider_cdc.cdc.state.tables import state_table
     from tests.support.databases import snapshot_window, stream_window
     from tests.support.oracle import assert_same_state, replay, source_rows
 
