@@ -97,11 +97,8 @@ SOURCE_BASES = {
     "yugabyte": {"postgres"},
     "yugabyte_cdc": {"postgres", "yugabyte"},
 }
-#: Known upward imports, each to be removed: PostgreSQL's decoder borrows the CDC service's
-#: numeric rescaling (it belongs in sources/postgres/values.py; the file is in issue 32's hands).
-KNOWN_UPWARD = {
-    ("airflow_provider_cdc.cdc.sources.postgres.events", "airflow_provider_cdc.cdc.sources.yugabyte_cdc.values"),
-}
+#: Known upward imports, each to be removed (none today).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 PACKAGE = ROOT / "airflow_provider_cdc"
 
 

@@ -144,7 +144,7 @@ def _docdb_repair(column: Column) -> Callable[[pa.Array], pa.Array] | None:
 
 
 def _numeric_at_scale(text: pa.Array, pg_type: PgType) -> pa.Array:
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import numeric_at_scale  # protobuf: import late
+    from airflow_provider_cdc.cdc.sources.postgres.types import numeric_at_scale
 
     return pa.array([None if v is None else numeric_at_scale(v, pg_type) for v in text.to_pylist()], text.type)
 
