@@ -114,7 +114,7 @@ def start_lineage(operator: Any) -> Any:
     return OperatorLineage(inputs=_NoFallback(), outputs=_NoFallback())
 
 
-#: The state job's actions that write a state version (cdc/state/spark_fold.py, cdc/state/lake.py); the others
+#: The state job's actions that write a state version (cdc/state/apply.py, cdc/state/lake.py); the others
 #: ("unchanged", "empty", and "time_travel": a past run reading a version that exists) write nothing.
 STATE_WRITES = ("applied", "rebuilt")
 #: What a lake table's MERGE did (cdc/state/merge.py): "empty" committed nothing.
