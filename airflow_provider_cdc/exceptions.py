@@ -1,6 +1,6 @@
 """Public error classes (defined in the engine so Spark jobs raise the same types)."""
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     CdcError,
     CdcStateError,

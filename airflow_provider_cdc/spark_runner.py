@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def run_submitted(
         {connection.password_env: connection.password} if getattr(connection, "password", None) is not None else {}
     )
     if spec.options.table_catalog_secret is not None:
-        from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
+        from airflow_provider_cdc.cdc.planning.spec import CATALOG_SECRET_ENV
 
         secrets[CATALOG_SECRET_ENV] = spec.options.table_catalog_secret
     secrets.update(object_store_secrets(spec.options.object_store))
@@ -69,7 +69,7 @@ def run_submitted(
 
 def state_secrets(spec: Any) -> dict[str, str]:
     """What a submitted current-state job needs beside its spec: the catalog's secret, if any."""
-    from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV
+    from airflow_provider_cdc.cdc.planning.spec import CATALOG_SECRET_ENV
 
     secrets = {CATALOG_SECRET_ENV: spec.table_catalog_secret} if spec.table_catalog_secret is not None else {}
     return {**secrets, **object_store_secrets(spec.object_store)}

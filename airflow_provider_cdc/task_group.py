@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.utils.runs import RUN_END
 
 

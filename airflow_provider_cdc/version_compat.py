@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import (
 )
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 #: How to get the optional Spark pieces (pyspark, Airflow's Spark provider) where they are missing.
 SPARK_INSTALL_LINE = "pip install 'airflow-provider-cdc[spark]'"

@@ -84,12 +84,12 @@ def main() -> int:
 
     import workload
 
+    from airflow_provider_cdc.cdc.basics.window import Window
     from airflow_provider_cdc.cdc.sinks import object_store
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-    from airflow_provider_cdc.cdc.window import Window
 
     def no_spark():
         raise AssertionError("a local window must not start Spark")

@@ -98,10 +98,10 @@ def main() -> int:
 
     import workload
 
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.basics.window import Window
+    from airflow_provider_cdc.cdc.planning.spec import SparkOptions
     from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import SparkOptions
-    from airflow_provider_cdc.cdc.window import Window
 
     with workload.bench_cluster() as (cluster, work):
         with cluster.connect("bench") as conn:

@@ -262,6 +262,7 @@ def main() -> int:
 
     import workload
 
+    from airflow_provider_cdc.cdc.basics.window import Window
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.sources.postgres.connection import connect
     from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
@@ -270,7 +271,6 @@ def main() -> int:
     from airflow_provider_cdc.cdc.sources.postgres.snapshot import BlockRange
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
     from airflow_provider_cdc.cdc.sources.postgres.types import ValueModes
-    from airflow_provider_cdc.cdc.window import Window
 
     with workload.bench_cluster() as (cluster, work):
         setup(cluster, args.rows, args.matrix)

@@ -86,6 +86,9 @@ def main() -> int:
     import pyarrow as pa
     import workload
 
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.basics.window import Window
+    from airflow_provider_cdc.cdc.planning.spec import SparkOptions
     from airflow_provider_cdc.cdc.sinks.parquet import write_parquet_file
     from airflow_provider_cdc.cdc.sources.postgres import admin, copy_binary
     from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
@@ -94,9 +97,6 @@ def main() -> int:
     from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
     from airflow_provider_cdc.cdc.sources.postgres.snapshot import BlockRange, SnapshotPoint, read_partition
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import SparkOptions
-    from airflow_provider_cdc.cdc.window import Window
 
     stages: Counter = Counter()
     timed(copy_binary, "frame_rows", "framing", stages)

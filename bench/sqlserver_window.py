@@ -95,7 +95,10 @@ def main() -> int:
     parser.add_argument("--mode", choices=("direct", "function"), default="direct", help="data_query_mode")
     args = parser.parse_args()
 
-    from airflow_provider_cdc.cdc.event_settings import EventSettings
+    from airflow_provider_cdc.cdc.basics.tables import TableRef
+    from airflow_provider_cdc.cdc.basics.window import Window
+    from airflow_provider_cdc.cdc.events.settings import EventSettings
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
     from airflow_provider_cdc.cdc.sources.sqlserver import admin
     from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo
     from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
@@ -103,9 +106,6 @@ def main() -> int:
     from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
     from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec
     from airflow_provider_cdc.cdc.sources.sqlserver.stream import changes_sql
-    from airflow_provider_cdc.cdc.spec import CaptureOptions
-    from airflow_provider_cdc.cdc.tables import TableRef
-    from airflow_provider_cdc.cdc.window import Window
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
     from tests.support import odbc
     from tests.support.sqlserver import ODBC_DRIVER, SqlServerStandIn

@@ -35,7 +35,7 @@ def _make(directory: Path, rows: int, events: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_cdc.cdc.envelope import EventLayout
+    from airflow_provider_cdc.cdc.events.envelope import EventLayout
     from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK
 
     ids = np.arange(rows, dtype=np.int64)
@@ -93,17 +93,18 @@ def _make(directory: Path, rows: int, events: int) -> None:
 def _child(engine: str, directory: Path) -> dict:
     started = time.monotonic()
     if engine == "arrow":
-        from airflow_provider_cdc.cdc import state_arrow, state_fold_arrow
+        from airflow_provider_cdc.cdc.state import arrow as state_arrow
+        from airflow_provider_cdc.cdc.state import arrow_fold as state_fold_arrow
 
         ready = time.monotonic()
         events = state_arrow.read_parquet_arrow([str(directory / "events")])
         base = state_arrow.read_parquet_arrow([str(directory / "state")])
         rows = state_arrow.write_version_arrow(state_fold_arrow.fold(events, base), str(directory / "out-arrow"))
     else:
-        from airflow_provider_cdc.cdc import state
-        from airflow_provider_cdc.cdc.sinks.schemas import spark_read_merged
-        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-        from airflow_provider_cdc.cdc.spec import SparkOptions
+        from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+        from airflow_provider_cdc.cdc.planning.spec import SparkOptions
+        from airflow_provider_cdc.cdc.sinks.spark_files import spark_read_merged
+        from airflow_provider_cdc.cdc.state import spark_fold as state
 
         spark = get_or_create_session(SparkOptions(master="local[2]"))
         ready = time.monotonic()

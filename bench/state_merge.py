@@ -49,12 +49,14 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from airflow_provider_cdc.cdc.envelope import EventLayout  # noqa: E402
+from airflow_provider_cdc.cdc.events.envelope import EventLayout  # noqa: E402
 from airflow_provider_cdc.cdc.sinks.formats import WindowTag  # noqa: E402
 from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK  # noqa: E402
-from airflow_provider_cdc.cdc.state import fold  # noqa: E402
-from airflow_provider_cdc.cdc.state_merge import merge_windows  # noqa: E402
-from airflow_provider_cdc.cdc.state_tables import DeltaStateTable, IcebergStateTable, plain_types  # noqa: E402
+from airflow_provider_cdc.cdc.state.delta_table import DeltaStateTable  # noqa: E402
+from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable  # noqa: E402
+from airflow_provider_cdc.cdc.state.merge import merge_windows  # noqa: E402
+from airflow_provider_cdc.cdc.state.spark_fold import fold  # noqa: E402
+from airflow_provider_cdc.cdc.state.table_rows import plain_types  # noqa: E402
 
 COLUMNS = (
     pa.field("id", pa.int64()),
@@ -278,8 +280,8 @@ def main() -> int:
     parser.add_argument("--work", help="scratch directory (default: a temporary one, removed after)")
     args = parser.parse_args()
 
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import SparkOptions
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.planning.spec import SparkOptions
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-state-merge-"))
     started = time.perf_counter()

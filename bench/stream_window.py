@@ -41,7 +41,7 @@ def recvlogical_seconds(cluster, target: int) -> float | None:
     import os
     import subprocess
 
-    from airflow_provider_cdc.cdc.lsn import Lsn
+    from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 
     binary = cluster.bin_dir / "pg_recvlogical"
     if not binary.exists():
@@ -177,9 +177,9 @@ def main() -> int:
 
     import workload
 
+    from airflow_provider_cdc.cdc.basics.window import Window
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-    from airflow_provider_cdc.cdc.window import Window
 
     readers = [r for r in args.readers.split(",") if r]
     with workload.bench_cluster() as (cluster, work):

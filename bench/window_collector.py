@@ -47,7 +47,8 @@ def measure(kind: str, path: str, dsn: dict, chunk: int, batch_rows: int) -> dic
     import psycopg
     import pyarrow as pa
 
-    from airflow_provider_cdc.cdc.event_settings import EventContext
+    from airflow_provider_cdc.cdc.basics.window import Window
+    from airflow_provider_cdc.cdc.events.settings import EventContext
     from airflow_provider_cdc.cdc.sources.postgres import admin
     from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
     from airflow_provider_cdc.cdc.sources.postgres.replication import XLogData
@@ -55,7 +56,6 @@ def measure(kind: str, path: str, dsn: dict, chunk: int, batch_rows: int) -> dic
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
     from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
     from airflow_provider_cdc.cdc.sources.postgres.window_batches import BatchWindowCollector
-    from airflow_provider_cdc.cdc.window import Window
 
     with pa.OSFile(path, "rb") as source:
         captured = pa.ipc.open_file(source).read_all().combine_chunks()

@@ -120,9 +120,10 @@ def print_table(unit: str, count: int, rows: list[tuple[str, float]]) -> None:
 def job_spec(cluster, window, sink: Path, **options):
     """The capture job's spec for the benchmark table (slot ``bench_slot``, publication
     ``bench_pub``, topic prefix ``bench``); ``options`` are :class:`CaptureOptions` fields."""
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
     from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-    from airflow_provider_cdc.cdc.spec import CaptureOptions, PostgresJobSpec
 
     return PostgresJobSpec(
         topic_prefix="bench",

@@ -157,12 +157,12 @@ def main() -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs (N and 4N)")
     args = parser.parse_args()
 
+    from airflow_provider_cdc.cdc.basics.tables import TableRef
+    from airflow_provider_cdc.cdc.basics.window import Window
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
     from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-    from airflow_provider_cdc.cdc.spec import CaptureOptions
-    from airflow_provider_cdc.cdc.tables import TableRef
-    from airflow_provider_cdc.cdc.window import Window
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
     from tests.support.yugabyte_cdc import YugabyteCdcStandIn
     from tests.support.yugabyte_cdc.starts import start_streaming

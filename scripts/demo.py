@@ -167,7 +167,7 @@ def _run_airflow(cluster, shop) -> int:
 def _report(lake: Path, runs) -> None:
     import pyarrow.compute as pc
 
-    from airflow_provider_cdc.cdc.naming import side_topics
+    from airflow_provider_cdc.cdc.basics.naming import side_topics
     from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 
     say(f"\n{RULE}\n REPORT: what the three runs landed in {_shown(lake)}\n{RULE}")
@@ -221,9 +221,9 @@ def _report(lake: Path, runs) -> None:
 
 def _compare_state(cluster, runs) -> int:
     """The current-state tables after the last run, against the source tables."""
-    from airflow_provider_cdc.cdc.naming import Topic
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.state import read_state
+    from airflow_provider_cdc.cdc.basics.naming import Topic
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.state.jobs import read_state
 
     spark = get_or_create_session()
     say(f"\n   current-state tables (rebuilt from the events) vs the source: {WORK / 'state'}")

@@ -102,8 +102,8 @@ def db15(request, pg15) -> Iterator[CaptureDatabase]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import SparkOptions
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.planning.spec import SparkOptions
 
     session = get_or_create_session(SparkOptions(master="local[2]"))
     yield session

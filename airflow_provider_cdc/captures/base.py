@@ -25,22 +25,22 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_cdc.cdc.columns import ColumnRules
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.event_settings import EventSettings
-from airflow_provider_cdc.cdc.incremental import validate_run_conf_signals
-from airflow_provider_cdc.cdc.naming import validate_topic_prefix
-from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import streams, validate_snapshot_mode
-from airflow_provider_cdc.cdc.positions import Position
-from airflow_provider_cdc.cdc.problems import Problems
-from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.events.columns import ColumnRules
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.events.settings import EventSettings
+from airflow_provider_cdc.cdc.planning.incremental import validate_run_conf_signals
+from airflow_provider_cdc.cdc.basics.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.plan import streams, validate_snapshot_mode
+from airflow_provider_cdc.cdc.basics.positions import Position
+from airflow_provider_cdc.cdc.basics.problems import Problems
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
 from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
-from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
-from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
-from airflow_provider_cdc.cdc.tables import NameRules, TableRef
-from airflow_provider_cdc.cdc.value_modes import ValueModes
+from airflow_provider_cdc.cdc.sinks.path_checks import check_path_setting
+from airflow_provider_cdc.cdc.planning.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
+from airflow_provider_cdc.cdc.basics.tables import NameRules, TableRef
+from airflow_provider_cdc.cdc.events.value_modes import ValueModes
 from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
 
 if TYPE_CHECKING:
@@ -366,8 +366,9 @@ class Capture(ABC):
     def check_sink(self) -> None:
         """Setup's sink checks: the path can hold the sink (on an object store: a probe object
         written and deleted) and the table format, if any, can be written."""
-        from airflow_provider_cdc.cdc.sinks.formats import check_table_sink_ready
-        from airflow_provider_cdc.cdc.sinks.storage import check_writable, exposed_root
+        from airflow_provider_cdc.cdc.sinks.lake_tables import check_table_sink_ready
+        from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+        from airflow_provider_cdc.cdc.sinks.storage import exposed_root
 
         check_writable(self.sink_path)
         exposed = exposed_root(self.sink_path)  # a warning, not a failure: sharing through a group may be intended

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess, redact
 from airflow_provider_cdc.version_compat import AirflowOptionalProviderFeatureException
 

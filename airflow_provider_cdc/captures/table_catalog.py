@@ -26,7 +26,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 KEYS = frozenset(
     {

@@ -24,13 +24,13 @@ from typing import Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     CdcTransientError,
     ServerConfigurationError,
     SlotConfigurationError,
 )
-from airflow_provider_cdc.cdc.problems import Problems
+from airflow_provider_cdc.cdc.basics.problems import Problems
 from airflow_provider_cdc.cdc.sources.postgres import admin, tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import ALLOWED_OPTIONS, PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn

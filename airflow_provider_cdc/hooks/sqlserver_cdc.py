@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import DEFAULT_DRIVER, SqlServerConnectionInfo, connect
 from airflow_provider_cdc.hooks.extras import connection_extras, scrubbed_test

@@ -95,7 +95,7 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
     def rpc_tls(self) -> Any:
         """The RPC port's TLS options; None (plaintext) only with ``rpc_sslmode=disable``, which
         is logged as a warning."""
-        from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+        from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
 
         extra = self._extra()
@@ -135,7 +135,7 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
     @cached_property
     def rpc_get_changes_max_bytes(self) -> int:
         """The cap on a ``GetChanges`` response frame (``rpc_get_changes_max_bytes``)."""
-        from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+        from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol, TypeVar, runtime_checkable
 
-from airflow_provider_cdc.cdc.errors import StaleOffsetError
-from airflow_provider_cdc.cdc.offset import CaptureOffset
+from airflow_provider_cdc.cdc.basics.errors import StaleOffsetError
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 
 OffsetT = TypeVar("OffsetT", bound=CaptureOffset)
 

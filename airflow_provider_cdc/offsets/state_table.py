@@ -48,7 +48,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, pg_identifier, quote_ident
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcError
 from airflow_provider_cdc.version_compat import AirflowFailException, BaseOperator
 
 
@@ -26,7 +26,7 @@ def fail_fast_on_terminal_errors(capture: Capture | None = None) -> Iterator[Non
     The replacement carries the original's message and traceback (where the engine raised it)
     and is not chained to it, so the task log shows one traceback, not a "direct cause" pair.
     """
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
 
     lost = capture.connection_errors() if capture is not None else _postgres_connection_errors()
     source = capture.SOURCE_NAME if capture is not None else "PostgreSQL"

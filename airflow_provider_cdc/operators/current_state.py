@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.runs import state_target
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
-from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.planning.runs import state_target
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors, unmappable_error
 from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.version_compat import AirflowSkipException, Context
@@ -58,7 +58,7 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         state_engine: str = "auto",
         **kwargs: Any,
     ) -> None:
-        from airflow_provider_cdc.cdc.sinks.storage import check_path_setting
+        from airflow_provider_cdc.cdc.sinks.path_checks import check_path_setting
         from airflow_provider_cdc.utils.assets import state_outlets
 
         if state_engine not in ("auto", "arrow", "spark"):  # checked at parse; no pyarrow import here
@@ -92,7 +92,7 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
     def _fold(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_cdc import spark_runner
         from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
-        from airflow_provider_cdc.cdc.spec import StateJobSpec
+        from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
 
         capture = self.capture
         if is_object_store(self.state_path):  # before the job: a store it cannot write fails here, clearly
@@ -125,14 +125,14 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
         # (with spark_conn_id too: no spark-submit), a larger one in Spark as before.
         from dataclasses import replace
 
-        from airflow_provider_cdc.cdc.state_arrow import ARROW, choose_engine
+        from airflow_provider_cdc.cdc.state.arrow import ARROW, choose_engine
 
         engine, size = choose_engine(spec)
         self.log.info("current-state engine: %s%s", engine, "" if size is None else f" ({size})")
         spec = replace(spec, state_engine=engine)
         with self._running():
             if capture.spark_conn_id is None or engine == ARROW:
-                from airflow_provider_cdc.cdc.state import run_state_job
+                from airflow_provider_cdc.cdc.state.jobs import run_state_job
 
                 results = run_state_job(spec)
             else:

@@ -14,15 +14,16 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_cdc.captures.base import check_object_store_conn_id
-from airflow_provider_cdc.cdc.errors import OffsetMismatchError
-from airflow_provider_cdc.cdc.naming import validate_topic_prefix
-from airflow_provider_cdc.cdc.query_extract import QueryExtraction, QueryOffset
-from airflow_provider_cdc.cdc.runs import decide, record_run
+from airflow_provider_cdc.cdc.basics.errors import OffsetMismatchError
+from airflow_provider_cdc.cdc.basics.naming import validate_topic_prefix
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.runs import decide, record_run
+from airflow_provider_cdc.cdc.planning.spec import DEFAULT_SPARK_MASTER, SparkOptions
+from airflow_provider_cdc.cdc.reading.query_extract import QueryExtraction, QueryOffset
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
-from airflow_provider_cdc.cdc.sinks.storage import check_writable, storage_for
-from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, SparkOptions
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
+from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from airflow_provider_cdc.offsets.base import OffsetStore
 from airflow_provider_cdc.operators.base import fail_fast_on_terminal_errors
 from airflow_provider_cdc.utils.runs import run_interval
@@ -228,7 +229,7 @@ class PostgresQueryExtractOperator(BaseOperator):
         store.save(saved.topic_prefix, saved.to_json(), revision=saved.revision, expected_revision=expected)
 
     def _spark(self) -> Any:
-        from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+        from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
 
         return get_or_create_session(SparkOptions(master=self.spark_master))
 

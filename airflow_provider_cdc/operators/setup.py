@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import Context
 

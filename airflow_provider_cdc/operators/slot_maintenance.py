@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.captures.postgres import PostgresCapture
-from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
+from airflow_provider_cdc.cdc.basics.errors import ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, SlotHealth, assess
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import AirflowException, AirflowFailException, Context, airflow_conf

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.naming import gap_topic
-from airflow_provider_cdc.cdc.planning import decide_snapshot, offset_after_commit, plan_snapshot_window
-from airflow_provider_cdc.cdc.runs import RunDecision
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import gap_topic
+from airflow_provider_cdc.cdc.planning.plan import decide_snapshot, offset_after_commit, plan_snapshot_window
+from airflow_provider_cdc.cdc.planning.runs import RunDecision
 from airflow_provider_cdc.operators.landing import CdcLandingOperator, RunState, window_summary
 from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.utils.times import now_ms

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.offsets.base import load_offset
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors

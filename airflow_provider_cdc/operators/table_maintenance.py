@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import Context
 
@@ -51,7 +51,8 @@ class CdcTableMaintenanceOperator(CdcCaptureOperator):
             return self._maintain()
 
     def _maintain(self) -> dict[str, Any]:
-        from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
+        from airflow_provider_cdc.cdc.sinks.formats import local_base
+        from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 
         capture = self.capture
         retain = None if self.retain_hours in (None, "") else float(self.retain_hours)  # type: ignore[arg-type]

@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, InvalidLsnError, SnapshotRequiredError
-from airflow_provider_cdc.cdc.incremental import (
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.planning.incremental import (
     MAX_RUN_CONF_SIGNALS,
     IncrementalState,
     Signal,
@@ -21,11 +21,11 @@ from airflow_provider_cdc.cdc.incremental import (
     check_run_conf_signal,
     remember_applied,
 )
-from airflow_provider_cdc.cdc.offset import CaptureOffset
-from airflow_provider_cdc.cdc.planning import offset_after_commit
-from airflow_provider_cdc.cdc.runs import RunDecision
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
+from airflow_provider_cdc.cdc.planning.plan import offset_after_commit
+from airflow_provider_cdc.cdc.planning.runs import RunDecision
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.operators.landing import CdcLandingOperator, RunState, window_summary
 from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.utils.times import now_ms, utc_time

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.offsets.base import load_offset
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.version_compat import AirflowFailException, Context

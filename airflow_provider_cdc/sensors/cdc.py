@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.utils.runs import run_end
 from airflow_provider_cdc.version_compat import (
     AirflowFailException,

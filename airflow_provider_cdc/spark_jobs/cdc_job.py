@@ -23,14 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from airflow_provider_cdc.cdc.errors import CdcError
-    from airflow_provider_cdc.cdc.spark_session import get_or_create_session
-    from airflow_provider_cdc.cdc.spec import StateJobSpec, job_kind
+    from airflow_provider_cdc.cdc.basics.errors import CdcError
+    from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
+    from airflow_provider_cdc.cdc.planning.spec import StateJobSpec, job_kind
 
     text = Path(args.spec).read_text(encoding="utf-8")
     try:
         if job_kind(text) == StateJobSpec.job:
-            from airflow_provider_cdc.cdc.state import run_state_job
+            from airflow_provider_cdc.cdc.state.jobs import run_state_job
 
             state_spec = StateJobSpec.from_json(text)
             result: object = run_state_job(state_spec, lambda: get_or_create_session(state_spec.spark, submitted=True))

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from airflow_provider_cdc.cdc.errors import CdcError, CdcTransientError
+from airflow_provider_cdc.cdc.basics.errors import CdcError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, first_line, resolve_tls
 from airflow_provider_cdc.cdc.sources.postgres.health import KEEP_SIZE_SQL, HealthThresholds, assess

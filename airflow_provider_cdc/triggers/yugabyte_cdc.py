@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_provider_cdc.cdc.errors import CdcError
+from airflow_provider_cdc.cdc.basics.errors import CdcError
 from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.yugabyte import admin
 from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_from_datetime
 from airflow_provider_cdc.triggers.polling import poll_readiness
 from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, bounded, trigger_login

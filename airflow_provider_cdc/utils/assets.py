@@ -1,7 +1,7 @@
 """The operators' outlet Assets and the ``extra`` of the asset events each run emits.
 
 Every landed dataset is one Asset whose URI (and name) is its directory's URI
-(:mod:`airflow_provider_cdc.cdc.landed`): stable across runs, unique wherever the data lands.
+(:mod:`airflow_provider_cdc.cdc.sinks.landed`): stable across runs, unique wherever the data lands.
 Captures that find their tables by pattern (``table_include_list``) cannot name them when the
 DAG is parsed; their table datasets go through one ``AssetAlias`` per capture and operator kind
 (``cdc:<prefix>`` / ``cdc-state:<prefix>``) and are attached to it by each run.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from airflow_provider_cdc.cdc.landed import (
+from airflow_provider_cdc.cdc.sinks.landed import (
     CHANGE_EVENTS,
     MESSAGES,
     TRANSACTIONS,
@@ -28,7 +28,7 @@ from airflow_provider_cdc.cdc.landed import (
     capture_datasets,
     state_datasets,
 )
-from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 
 if TYPE_CHECKING:  # for annotations only: utils sits below the captures
     from airflow_provider_cdc.captures.base import Capture

@@ -8,7 +8,7 @@ Naming follows the OpenLineage dataset naming spec: PostgreSQL ``postgres://host
 YugabyteDB has no entry in the spec; its YSQL endpoint speaks PostgreSQL and every other
 producer that reads it (through the Postgres provider, dbt, Spark's JDBC source) names it
 ``postgres://host:port``, so we do too, and the graph joins up. Outputs are named by
-:mod:`airflow_provider_cdc.cdc.landed` (the same URIs as the Assets). Each output carries a
+:mod:`airflow_provider_cdc.cdc.sinks.landed` (the same URIs as the Assets). Each output carries a
 schema facet read from the Parquet footer of the last committed window's file for that dataset
 (the real written schema: the Debezium envelope with this table's ``before``/``after``
 columns); the inputs carry none, because the run does not keep the source's catalog and
@@ -22,7 +22,9 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc.cdc.landed import (
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.sinks.landed import (
     CHANGE_EVENTS,
     CURRENT_STATE,
     MESSAGES,
@@ -31,8 +33,6 @@ from airflow_provider_cdc.cdc.landed import (
     capture_datasets,
     state_datasets,
 )
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.tables import TableRef
 
 if TYPE_CHECKING:  # pyarrow loads when lineage is reported, not when a DAG file is parsed
     import pyarrow as pa
@@ -114,10 +114,10 @@ def start_lineage(operator: Any) -> Any:
     return OperatorLineage(inputs=_NoFallback(), outputs=_NoFallback())
 
 
-#: The state job's actions that write a state version (cdc/state.py, cdc/state_lake.py); the others
+#: The state job's actions that write a state version (cdc/state/apply.py, cdc/state/lake.py); the others
 #: ("unchanged", "empty", and "time_travel": a past run reading a version that exists) write nothing.
 STATE_WRITES = ("applied", "rebuilt")
-#: What a lake table's MERGE did (cdc/state_merge.py): "empty" committed nothing.
+#: What a lake table's MERGE did (cdc/state/merge.py): "empty" committed nothing.
 MERGE_WRITES = ("merged", "rewritten")
 
 

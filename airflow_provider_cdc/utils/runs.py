@@ -1,6 +1,6 @@
 """The Airflow side of backfills, cleared runs and retries: the run a task stands for.
 
-The rule and the records live in the engine (``cdc/runs.py``); this reads the task's context.
+The rule and the records live in the engine (``cdc/planning/runs.py``); this reads the task's context.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.runs import RunInterval
+from airflow_provider_cdc.cdc.planning.runs import RunInterval
 
 #: The run's end as a template, for templated times (the window's ``upto_time``): its data
 #: interval's end, or, in a run without one (a manual or asset-triggered run, ``dags test``

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.state import read_state
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from airflow_provider_cdc.testing import shop
 from tests.conftest import ROOT
 from tests.support import airflow as af

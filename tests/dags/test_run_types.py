@@ -1,6 +1,6 @@
 """Every Airflow run type against one capture: which runs capture and which report what landed.
 
-The rule (``cdc/runs.py``): a backfill never captures, it reports the windows landed for its
+The rule (``cdc/planning/runs.py``): a backfill never captures, it reports the windows landed for its
 interval; a run that already landed a window (a retry, a clear, a ``dag.test()`` re-run of the
 same date) reports it; every other run captures, whatever its interval: scheduled, catchup,
 manual with or without a data interval, asset-triggered. The same matrix runs twice: under a
@@ -19,7 +19,7 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.basics import faults
 from airflow_provider_cdc.testing import shop
 from tests.conftest import ROOT
 from tests.support import airflow as af
@@ -60,10 +60,11 @@ def changes(rounds) -> int:
 def test_run_type_matrix_under_dag_test(db15, airflow_db, spark, tmp_path, monkeypatch, capfd):
     from airflow.models import Variable
 
-    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.basics.naming import Topic
     from airflow_provider_cdc.cdc.sinks.reader import committed_windows
     from airflow_provider_cdc.cdc.sinks.storage import storage_for
-    from airflow_provider_cdc.cdc.state import StateLog, read_state
+    from airflow_provider_cdc.cdc.state.jobs import read_state
+    from airflow_provider_cdc.cdc.state.versions import StateLog
     from tests.dags.test_example_dag import example_setup
 
     db = db15

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.naming import commit_log_directory
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import commit_log_directory
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.testing import shop
 from tests.integration.test_operators import assert_reproduces_source, capture_dag, make_capture

@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef, pg_identifier
 from airflow_provider_cdc.offsets.variable import VariableOffsetStore
 from airflow_provider_cdc.testing import shop

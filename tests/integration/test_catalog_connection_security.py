@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.offsets.variable import VariableOffsetStore
 from tests.support.crash import prepare_shop
 from tests.support.databases import snapshot_window

@@ -1,7 +1,7 @@
 """Crash safety: capture tasks killed (SIGKILL) at every step boundary and at random moments.
 
 Each crash runs the real task in a child process (``tests/support/crash_driver.py``) that is
-killed at a named fault point (``airflow_provider_cdc.cdc.faults``) or after a random delay;
+killed at a named fault point (``airflow_provider_cdc.cdc.basics.faults``) or after a random delay;
 the next run, in this process, must complete the work. After every recovery the harness checks
 that nothing was lost or duplicated (``tests/support/crash.py``).
 

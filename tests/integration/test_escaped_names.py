@@ -11,10 +11,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
-from airflow_provider_cdc.cdc.state import read_state
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
 from airflow_provider_cdc.operators.window import CdcWindowOperator

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_cdc.cdc.sinks.formats import check_table_sink_ready
 from airflow_provider_cdc.cdc.sinks.iceberg import IcebergTables
+from airflow_provider_cdc.cdc.sinks.lake_tables import check_table_sink_ready
 from airflow_provider_cdc.operators.query_extract import PostgresQueryExtractOperator
 
 

@@ -23,11 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_cdc.captures.table_catalog import catalog_properties
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.sinks.formats import WindowTag, check_table_sink_ready
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.window import window_id_for
+from airflow_provider_cdc.cdc.sinks.formats import WindowTag
 from airflow_provider_cdc.cdc.sinks.iceberg import IcebergTables
-from airflow_provider_cdc.cdc.window import window_id_for
+from airflow_provider_cdc.cdc.sinks.lake_tables import check_table_sink_ready
 from airflow_provider_cdc.version_compat import AirflowFailException
 from tests.support.malicious_iceberg import VECTORS, malicious_catalog, server_vectors
 
@@ -94,7 +95,7 @@ def test_a_malicious_rest_catalog_runs_nothing_on_the_worker(tmp_path, caplog, v
     and uses pyiceberg's PyArrowFileIO."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    from airflow_provider_cdc.cdc.state_tables import IcebergStateTable
+    from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
 
     config, metadata, table_config, markers = server_vectors(tmp_path, (vector,))
     with malicious_catalog(config, metadata, table_config) as uri:
@@ -167,12 +168,12 @@ def test_a_forged_sink_table_metadata_runs_nothing_and_the_capture_carries_on(tm
 
 @pytest.mark.parametrize("vector", LOCAL_VECTORS)
 def test_a_forged_state_table_metadata_runs_nothing(tmp_path, vector):
-    """The same forgery on a state table (``cdc/state_tables.py``, its own SQLite catalog): its
+    """The same forgery on a state table (``cdc/state/tables.py``, its own SQLite catalog): its
     reads and its next merge carry on."""
-    from airflow_provider_cdc.cdc.state_tables import IcebergStateTable
+    from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
 
     location = tmp_path / "state" / "orders"
-    # A plain path, as the current-state operator gives (cdc/state_lake.py).
+    # A plain path, as the current-state operator gives (cdc/state/lake.py).
     state = IcebergStateTable(tmp_path / "state" / "catalog.db", "state.orders", str(location))
     tag = WindowTag(PREFIX, 1, window_id_for(1), "snapshot", None, "1", "a1")
     state.overwrite(pa.table({"id": [1, 2], "v": ["a", "b"]}), tag, keys=["id"])
@@ -247,9 +248,9 @@ def test_a_parquet_capture_never_opens_a_table_a_log_entry_names(db15, airflow_d
 
 @pytest.mark.parametrize("sink_format, named", [("parquet", "delta"), ("iceberg", "delta"), ("delta", "iceberg")])
 def test_a_log_entry_naming_another_format_is_refused_before_anything_is_opened(tmp_path, sink_format, named):
+    from airflow_provider_cdc.cdc.basics.window import Window
     from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, DatasetCommit
     from airflow_provider_cdc.cdc.sinks.reader import check_landed_tables
-    from airflow_provider_cdc.cdc.window import Window
 
     path = f"{TOPIC.directory}/window={window_id_for(1)}/attempt=a1"
     dataset = DatasetCommit(TOPIC.name, path, 1, {"c": 1}, {"format": named, "attempt": "a1", "window_seq": 1})

@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
-from airflow_provider_cdc.cdc.state import apply_windows, read_state
+from airflow_provider_cdc.cdc.state.apply import apply_windows
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from tests.integration.test_crash_safety import KEYS, Workload
 from tests.integration.test_crash_safety import crash_db as crash_db  # the fixture
 from tests.support import crash as harness

@@ -20,8 +20,8 @@ import random
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.state import read_state
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.table_maintenance import CdcTableMaintenanceOperator
 from tests.support import crash as harness

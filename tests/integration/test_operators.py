@@ -10,7 +10,7 @@ import os
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.setup import CdcSetupOperator
@@ -294,8 +294,8 @@ def test_window_runs_through_spark_submit(shop_db, spark, tmp_path, monkeypatch)
     assert {r["topic"]: r["action"] for r in state.xcom["state"]} == {
         f"shop.{table}": "applied" for table in shop.TABLES
     }
-    from airflow_provider_cdc.cdc.naming import Topic
-    from airflow_provider_cdc.cdc.state import read_state
+    from airflow_provider_cdc.cdc.basics.naming import Topic
+    from airflow_provider_cdc.cdc.state.jobs import read_state
     from tests.support.oracle import spark_rows
 
     with db.connect() as conn:
@@ -317,8 +317,8 @@ def _small_refresh_without_a_jvm(db, conn_id, tmp_path, spark) -> None:
     import subprocess
     import sys
 
-    from airflow_provider_cdc.cdc.naming import Topic
-    from airflow_provider_cdc.cdc.state import read_state
+    from airflow_provider_cdc.cdc.basics.naming import Topic
+    from airflow_provider_cdc.cdc.state.jobs import read_state
 
     script = f"""
 import json, sys
@@ -354,7 +354,7 @@ def _kill_during_a_window(db, conn_id, sink, monkeypatch, spark, *, submitted: b
     import time
     from datetime import timedelta
 
-    from airflow_provider_cdc.cdc import faults
+    from airflow_provider_cdc.cdc.basics import faults
     from tests.conftest import ROOT
 
     pidfile = sink / f"stalled-{submitted}-{timeout}.pid"

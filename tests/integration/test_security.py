@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 import pytest
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-from airflow_provider_cdc.cdc.spec import PostgresJobSpec
-from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.testing import shop
 from tests.integration.test_operators import assert_reproduces_source, capture_dag, make_capture
 from tests.support import airflow as af

@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
-from airflow_provider_cdc.cdc.state import read_state
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from airflow_provider_cdc.testing import shop
 from tests.dags.test_example_dag import KEYS, load_example_dag
 from tests.support import airflow as af

@@ -19,7 +19,7 @@ from functools import partial
 import pytest
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.offsets.state_table import PostgresStateTableOffsetStore
 from tests.integration.test_operators import capture_dag, make_capture
 from tests.integration.test_security import COMMON, HARDEN, OWNER, create_role, run_sql, shop_as_role

@@ -24,8 +24,8 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from airflow_provider_cdc.cdc.events.value_modes import ValueModes
 from airflow_provider_cdc.cdc.sources.sqlserver.types import CATALOG_SQL, SqlServerType, codec_for, text_codec
-from airflow_provider_cdc.cdc.value_modes import ValueModes
 from tests.support.sqlserver import assert_valid_tsql
 
 pytestmark = pytest.mark.pg

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
-from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
-from airflow_provider_cdc.cdc.offset import CaptureOffset
+from airflow_provider_cdc.cdc.basics.errors import ConcurrentCaptureError
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 from airflow_provider_cdc.version_compat import AirflowSkipException
 from tests.support.crash_sources import CrashSource, PostgresCrashSource
@@ -66,8 +66,9 @@ def assert_tables_hold_the_log(
 ) -> None:
     """Each landed dataset's lake table, read whole by its own library (not through the commit
     log), holds exactly the windows the log committed, each with the events the log counted."""
-    from airflow_provider_cdc.cdc.naming import Topic
-    from airflow_provider_cdc.cdc.sinks.formats import local_base, table_format
+    from airflow_provider_cdc.cdc.basics.naming import Topic
+    from airflow_provider_cdc.cdc.sinks.formats import local_base
+    from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 
     tables = table_format(sink_format, local_base(sink), prefix, table_catalog)
     expected: dict[str, Counter] = defaultdict(Counter)

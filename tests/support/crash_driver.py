@@ -4,7 +4,7 @@
 "step": "setup"|"snapshot"|"batch", "capture": {...the capture's fields...}}`` (``source``
 defaults to ``postgres``). The source's adapter (``tests/support/crash_sources.py``) builds the
 capture from the fields and names the step's operator. Faults at named points come from
-``AIRFLOW_CDC_FAULT`` (see ``airflow_provider_cdc.cdc.faults``). The driver prints ``ready``
+``AIRFLOW_CDC_FAULT`` (see ``airflow_provider_cdc.cdc.basics.faults``). The driver prints ``ready``
 once imports are done, so a parent that kills it at a random moment kills the task, not the
 interpreter's start-up.
 

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.captures.base import Capture
-    from airflow_provider_cdc.cdc.offset import CaptureOffset
-    from airflow_provider_cdc.cdc.positions import Position
+    from airflow_provider_cdc.cdc.basics.positions import Position
+    from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
     from tests.support.crash import CrashCapture
     from tests.support.databases import CaptureDatabase
     from tests.support.sqlserver import SqlServerStandIn

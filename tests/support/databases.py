@@ -8,12 +8,13 @@ from pathlib import Path
 
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.spec import CaptureOptions, SparkOptions
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-from airflow_provider_cdc.cdc.spec import CaptureOptions, PostgresJobSpec, SparkOptions
-from airflow_provider_cdc.cdc.window import Window
 from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-from airflow_provider_cdc.cdc.spec import PostgresJobSpec
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 
 
 def no_spark():

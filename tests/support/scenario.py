@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-from airflow_provider_cdc.cdc.state import apply_windows, read_state
-from airflow_provider_cdc.cdc.state_lake import apply_windows_by_merge
+from airflow_provider_cdc.cdc.state.apply import apply_windows
+from airflow_provider_cdc.cdc.state.jobs import read_state
+from airflow_provider_cdc.cdc.state.lake import apply_windows_by_merge
 from tests.support.databases import CaptureDatabase, snapshot_window, stream_window
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows, spark_rows
 from tests.support.readers import assert_readers_agree

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from airflow_provider_cdc import spark_runner
-from airflow_provider_cdc.cdc import faults
+from airflow_provider_cdc.cdc.basics import faults
 
 _point = faults.point
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 
 

@@ -14,8 +14,9 @@ import pendulum
 import pytest
 
 from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture, stream_unavailable
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.offset import OffsetIdentity
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.planning.offset import OffsetIdentity
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin, ids
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
@@ -26,7 +27,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import YbCdcOffset
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
-from airflow_provider_cdc.cdc.tables import TableRef
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "0123456789abcdef0123456789abcdef"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import airflow_provider_cdc
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcTransientError
 
 PACKAGE = Path(airflow_provider_cdc.__file__).parent
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import pkgutil
 import subprocess
@@ -76,19 +77,169 @@ def test_provider_is_registered_as_an_entry_point():
         __import__(module)
 
 
-#: The source-neutral core and the shared Airflow layer: a second source builds on these, so they
-#: must not load any source's modules (each source is a folder under cdc/sources/).
+#: The engine's stages, bottom up, and the stages each may import (docs/architecture.md, "Shape";
+#: each stage's ``__init__`` says the same). A module of the engine belongs to the folder it is in;
+#: ``cdc/jobs.py`` is the top, the one module that loads a source (by its connector's name).
+STAGES = {
+    "basics": set(),
+    "events": {"basics"},
+    "sinks": {"basics", "events"},
+    "planning": {"basics", "events", "sinks"},
+    "reading": {"basics", "events", "sinks", "planning"},
+    "state": {"basics", "events", "sinks"},
+    "sources": {"basics", "events", "sinks", "planning", "reading"},
+    "jobs": {"basics", "events", "sinks", "planning", "reading"},
+}
+#: The sources a source builds on (YugabyteDB speaks PostgreSQL's protocol): never the other way.
+SOURCE_BASES = {
+    "postgres": set(),
+    "sqlserver": set(),
+    "yugabyte": {"postgres"},
+    "yugabyte_cdc": {"postgres", "yugabyte"},
+}
+#: Known upward imports, each to be removed (none today).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
+PACKAGE = ROOT / "airflow_provider_cdc"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def package_imports() -> dict[str, set[str]]:
+    """Every module of the package -> the modules of the package it imports (at the top, inside a
+    function or under TYPE_CHECKING: each is an arrow of the design), read from the code."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # "from package import module" names the module; "from module import name" the module
+                found |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
+        # the imported module itself, or the package a dotted name falls in
+        graph[name] = {_known(m, modules) for m in found if m.startswith("airflow_provider_cdc")} - {name, None}
+    return graph
+
+
+def _imported(module: str, name: str, modules: dict) -> str:
+    return f"{module}.{name}" if f"{module}.{name}" in modules else module
+
+
+def _known(name: str, modules: dict) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["airflow_provider_cdc", "cdc"] or len(parts) < 3:
+        return None  # the Airflow side, or the engine's package face
+    return parts[2]
+
+
+def test_every_engine_module_is_in_a_stage():
+    graph = package_imports()
+    strays = sorted(m for m in graph if stage_of(m) not in (None, *STAGES, "resources"))
+    assert strays == [], "put each engine module in a stage folder (or add the stage to STAGES and the docs)"
+
+
+def test_each_stage_imports_only_the_stages_below_it():
+    upward = []
+    for module, imported in sorted(package_imports().items()):
+        stage = stage_of(module)
+        if stage not in STAGES:
+            continue
+        for target in sorted(imported):
+            other = stage_of(target)
+            if target in ("airflow_provider_cdc", "airflow_provider_cdc.cdc"):
+                continue  # the package faces: a version and a docstring, no imports
+            if other == stage and stage != "sources":
+                continue
+            if (module, target) in KNOWN_UPWARD:
+                continue
+            if other == stage == "sources":
+                source, target_source = module.split(".")[3], target.split(".")[3]
+                if target_source == source or target_source in SOURCE_BASES[source]:
+                    continue
+            elif other in STAGES[stage]:
+                continue
+            upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_the_engine_imports_no_airflow_side_module():
+    # The Airflow side (captures, operators, hooks ...) sits on the engine, never under it.
+    found = [
+        f"{m} -> {t}"
+        for m, imported in sorted(package_imports().items())
+        if m.startswith("airflow_provider_cdc.cdc")
+        for t in sorted(imported)
+        if not t.startswith("airflow_provider_cdc.cdc") and t != "airflow_provider_cdc"
+    ]
+    assert found == []
+
+
+def test_no_import_circles():
+    # Modules that import each other, however far round: a lower module may not need a higher one.
+    graph = package_imports()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert circles == []
+
+
+def test_the_checks_read_the_arrows_from_the_code():
+    # The graph is read from the files, lazy imports included: the arrows the rules stand on are seen.
+    graph = package_imports()
+    assert "airflow_provider_cdc.cdc.sinks.commit_log" in graph["airflow_provider_cdc.cdc.planning.plan"]
+    assert "airflow_provider_cdc.cdc.sinks.object_store" in graph["airflow_provider_cdc.cdc.sinks.storage"]
+    assert stage_of("airflow_provider_cdc.cdc.state.merge") == "state"
+    assert "sinks" not in STAGES["basics"] and "state" not in STAGES["planning"]
+
+
+#: Every module of the stages (and the shared Airflow layer) loads no module of any source when
+#: imported: checked by importing them, so an import made by name (importlib) counts too.
 CORE_MODULES = [
-    "airflow_provider_cdc.cdc.positions",
-    "airflow_provider_cdc.cdc.window",
-    "airflow_provider_cdc.cdc.tables",
-    "airflow_provider_cdc.cdc.offset",
-    "airflow_provider_cdc.cdc.planning",
-    "airflow_provider_cdc.cdc.incremental",
-    "airflow_provider_cdc.cdc.runs",
-    "airflow_provider_cdc.cdc.spec",
-    "airflow_provider_cdc.cdc.naming",
-    "airflow_provider_cdc.cdc.sinks.commit_log",
+    *sorted(
+        module_name(p)
+        for stage in STAGES
+        if stage not in ("sources", "jobs")
+        for p in (PACKAGE / "cdc" / stage).rglob("*.py")
+    ),
+    "airflow_provider_cdc.cdc.jobs",
     "airflow_provider_cdc.captures.base",
     "airflow_provider_cdc.captures.source_run",
     "airflow_provider_cdc.operators.base",
@@ -105,6 +256,7 @@ CORE_MODULES = [
 
 
 def test_the_core_loads_no_source():
+    assert "airflow_provider_cdc.cdc.planning.spec" in CORE_MODULES
     code = f"""
 import importlib, json, sys
 for name in {CORE_MODULES!r}:

@@ -25,11 +25,11 @@ def test_a_guard_still_fires_under_python_O():
     # Restoring an offset from a commit log that has no committed window: with an assert as the
     # guard, ``python -O`` returned None as the offset and the run went on without one.
     code = """
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import restore_from_log
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.plan import restore_from_log
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.basics.window import Window
 
 assert False, "this interpreter must run with -O"
 entry = CommitEntry("shop", Window(1, "snapshot", None, None, 0), "a", (), 0, None, None, None, 0)

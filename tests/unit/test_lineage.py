@@ -9,7 +9,7 @@ import pendulum
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
 from airflow_provider_cdc.operators.window import CdcWindowOperator

@@ -10,7 +10,7 @@ import pendulum
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.setup import CdcSetupOperator
 from airflow_provider_cdc.operators.window import CdcWindowOperator

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ class NoAmazon:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, NoAmazon())
 from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.captures.postgres import PostgresCapture
 capture = PostgresCapture(postgres_conn_id="db", tables=["public.orders"], topic_prefix="shop",
                           sink_path="s3://lake/cdc", object_store_conn_id="lake_s3")

@@ -13,7 +13,7 @@ from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
 from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
 from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 COMMON = {"tables": ["public.orders"], "topic_prefix": "shop", "sink_path": "/tmp/lake"}
 CAPTURES = {

@@ -180,7 +180,7 @@ def test_airflow_shows_the_documentation_url():
 def test_the_spark_provider_missing_is_an_optional_feature_error(monkeypatch):
     from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
 
-    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
     from airflow_provider_cdc.version_compat import spark_submit_hook_class
 
     assert spark_submit_hook_class().__name__ == "SparkSubmitHook"

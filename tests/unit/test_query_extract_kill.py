@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.query_extract import QueryOffset
-from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.reading.query_extract import QueryOffset
 from airflow_provider_cdc.operators.query_extract import PostgresQueryExtractOperator
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.runs import (
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.runs import (
     RunInterval,
     decide,
     landed_by,
@@ -16,7 +17,6 @@ from airflow_provider_cdc.cdc.runs import (
     state_target,
 )
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.window import Window
 
 HOUR = 3_600_000
 

@@ -35,8 +35,8 @@ def start_session_without(blocked: tuple[str, ...]) -> dict[str, object]:
 import json
 BLOCKED = {blocked!r}
 {BLOCKER}
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.spark_session import get_or_create_session
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.spark_session import get_or_create_session
 try:
     get_or_create_session()
 except Exception as exc:
@@ -68,7 +68,7 @@ def test_the_missing_pyspark_error_pickles(monkeypatch):
 
     from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
 
-    from airflow_provider_cdc.cdc import spark_session
+    from airflow_provider_cdc.cdc.basics import spark_session
 
     class Blocked:  # pyspark as if not installed
         def find_spec(self, name, path=None, target=None):
@@ -92,8 +92,8 @@ def test_the_missing_pyspark_error_pickles(monkeypatch):
 def test_the_in_process_default_is_bounded():
     """Not every core of the worker: other tasks share it (docs/operators.md, spark_master)."""
     from airflow_provider_cdc.captures.postgres import PostgresCapture
-    from airflow_provider_cdc.cdc.spark_session import DEFAULT_CONF
-    from airflow_provider_cdc.cdc.spec import DEFAULT_SPARK_MASTER, SparkOptions
+    from airflow_provider_cdc.cdc.basics.spark_session import DEFAULT_CONF
+    from airflow_provider_cdc.cdc.planning.spec import DEFAULT_SPARK_MASTER, SparkOptions
     from airflow_provider_cdc.operators.query_extract import PostgresQueryExtractOperator
 
     assert DEFAULT_SPARK_MASTER == "local[2]"
@@ -142,8 +142,8 @@ def test_pyspark_python_files_and_jars_of_different_releases_are_refused(tmp_pat
     (fake / "__init__.py").write_text("__version__ = '4.2.0'\n")
     (fake / "jars" / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
     code = """
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.spark_session import check_pyspark_release
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.spark_session import check_pyspark_release
 try:
     check_pyspark_release()
 except CdcConfigurationError as exc:
@@ -152,6 +152,6 @@ except CdcConfigurationError as exc:
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert "Python files are Spark 4.2.0 but its jars are Spark 4.3.0" in out.stdout, out.stderr
-    from airflow_provider_cdc.cdc.spark_session import check_pyspark_release
+    from airflow_provider_cdc.cdc.basics.spark_session import check_pyspark_release
 
     check_pyspark_release()  # the installed pyspark is one release

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from airflow_provider_cdc.captures.table_catalog import catalog_properties
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.spec import CATALOG_SECRET_ENV, CaptureOptions
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.planning.spec import CATALOG_SECRET_ENV, CaptureOptions
 
 
 def test_properties_are_read_by_name_and_the_password_is_the_secret():

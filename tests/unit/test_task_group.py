@@ -12,7 +12,7 @@ from airflow_provider_cdc.captures.postgres import PostgresCapture
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
 from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
 from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.task_group import capture_task_group
 from airflow_provider_cdc.utils.runs import RUN_END, run_end
 

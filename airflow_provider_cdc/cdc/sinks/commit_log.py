@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, InvalidOffsetError
-from airflow_provider_cdc.cdc.naming import commit_log_directory, landed_path_problem
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, InvalidOffsetError
+from airflow_provider_cdc.cdc.basics.naming import commit_log_directory, landed_path_problem
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sinks.storage import Storage
-from airflow_provider_cdc.cdc.window import Window
 
 ENTRY_FORMAT = 1
 _ENTRY_DIGITS = 20

@@ -41,14 +41,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic, path_from_uri, topic_location
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic, path_from_uri, topic_location
+from airflow_provider_cdc.cdc.basics.window import window_id_for
+from airflow_provider_cdc.cdc.events.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.formats import APP_ID_PREFIX, DELTA, TAG_PREFIX, TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import contained, inside
-from airflow_provider_cdc.cdc.window import window_id_for
 
 _COUNTS = ("files-added", "rows-added", "files-removed")
 

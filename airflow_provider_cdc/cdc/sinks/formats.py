@@ -24,12 +24,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 if TYPE_CHECKING:  # DAG files validate sink_format through this module: no pyarrow at parse time
     import pyarrow as pa
 
-    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.basics.naming import Topic
 
 #: Beside a sink (or state) path: the default Iceberg catalog, a SQLite file.
 CATALOG_DIR = "_cdc_catalog"
@@ -97,7 +97,7 @@ def check_table_names(sink_format: str, topic_prefix: str, tables: Iterable[Any]
     ``[A-Za-z0-9_-]`` is escaped with one in its topic directory (see :mod:`..naming`)."""
     if sink_format != DELTA:
         return
-    from airflow_provider_cdc.cdc.naming import topic_directory
+    from airflow_provider_cdc.cdc.basics.naming import topic_directory
 
     escaped = [f"{t.schema}.{t.name}" for t in tables if "%" in topic_directory(topic_prefix, t.schema, t.name)]
     if escaped:
@@ -106,36 +106,6 @@ def check_table_names(sink_format: str, topic_prefix: str, tables: Iterable[Any]
             "[A-Za-z0-9_-], escaped with '%' in their directories, and delta-rs cannot open such paths. "
             "Use sink_format 'parquet' or 'iceberg' for them"
         )
-
-
-def check_table_sink_ready(sink_format: str, table_catalog: Mapping[str, str]) -> None:
-    """At setup, before anything is created: the format's library is installed and a named
-    Iceberg catalog answers (the default SQLite catalog is created with the first table)."""
-    if sink_format == PARQUET:
-        return
-    module, extra = ("deltalake", "delta") if sink_format == DELTA else ("pyiceberg.catalog.sql", "iceberg")
-    try:
-        __import__(module)
-    except ImportError as exc:
-        raise CdcConfigurationError(
-            f"sink_format={sink_format!r} needs {module.split('.')[0]} ({exc}): install "
-            f"'airflow-provider-cdc[{extra}]' where the tasks and Spark jobs run"
-        ) from None
-    if sink_format == ICEBERG and table_catalog:
-        from airflow_provider_cdc.cdc.sinks.iceberg import open_catalog  # the provider's FileIO, see there
-        from airflow_provider_cdc.cdc.sinks.storage import create_private_sqlite
-
-        create_private_sqlite(table_catalog.get("uri"))  # opening a SQLite catalog creates its file
-        try:
-            open_catalog("cdc", table_catalog).list_namespaces()
-        except CdcConfigurationError:
-            raise
-        except Exception as exc:
-            # The catalog's own message may quote its properties: name only the error's type.
-            raise CdcConfigurationError(
-                f"the Iceberg catalog in table_catalog cannot be reached ({type(exc).__name__}); check its "
-                "uri and type (pyiceberg catalog properties)"
-            ) from None
 
 
 def local_base(sink_path: str) -> str:
@@ -251,19 +221,3 @@ class TableFormat(Protocol):
     def holds_window(self, topic: Topic, window_seq: int) -> bool:
         """Does the table's current version hold window ``window_seq``? Cheap: every run asks it
         of the newest window's tables, and it must not read the table's whole history."""
-
-
-def table_format(
-    sink_format: str, base_path: str, topic_prefix: str, options: Mapping[str, str] | None = None
-) -> TableFormat | None:
-    """The table format of a sink (None for plain Parquet)."""
-    check_sink_format(sink_format)
-    if sink_format == PARQUET:
-        return None
-    if sink_format == DELTA:
-        from airflow_provider_cdc.cdc.sinks.delta import DeltaTables
-
-        return DeltaTables(base_path, topic_prefix, options)
-    from airflow_provider_cdc.cdc.sinks.iceberg import IcebergTables
-
-    return IcebergTables(base_path, topic_prefix, options)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 #: Where a submitted job finds the object store's keys (never in the spec file).
 OBJECT_STORE_SECRET_ENV = "AIRFLOW_CDC_OBJECT_STORE_SECRET"
@@ -311,7 +311,7 @@ def filesystem(uri: str, access: ObjectStoreAccess | None = None) -> tuple[Any, 
     hold ``%`` in their names, and the path returned names exactly those keys."""
     import pyarrow.fs as pafs
 
-    from airflow_provider_cdc.cdc.naming import encoded_uri
+    from airflow_provider_cdc.cdc.basics.naming import encoded_uri
 
     scheme = scheme_of(uri)
     if scheme in S3_SCHEMES:

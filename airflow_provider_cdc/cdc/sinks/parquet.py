@@ -35,15 +35,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import from_remote_traceback
-from airflow_provider_cdc.cdc.naming import Topic, dataset_path
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import from_remote_traceback
+from airflow_provider_cdc.cdc.basics.naming import Topic, dataset_path
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog, DatasetCommit
-from airflow_provider_cdc.cdc.sinks.formats import PARQUET, TableCommit, WindowTag, local_base, table_format
+from airflow_provider_cdc.cdc.sinks.formats import PARQUET, TableCommit, WindowTag, local_base
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 from airflow_provider_cdc.cdc.sinks.storage import LocalStorage, ObjectStoreStorage, ensure_private_root, storage_for
-from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class WindowWriter:
                 self._parts += 1
                 files.append((table, f"{self._file_uri(self.dataset_path(topic))}/part-{self._parts:05d}.parquet"))
             else:
-                from airflow_provider_cdc.cdc.spark_session import spark_schema
+                from airflow_provider_cdc.cdc.basics.spark_session import spark_schema
 
                 spark = self.sink.spark_provider()
                 frame = spark.createDataFrame(table, schema=spark_schema(table.schema))

@@ -23,14 +23,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.envelope import WINDOW_ID_FIELD
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.events.envelope import WINDOW_ID_FIELD
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
-from airflow_provider_cdc.cdc.sinks.formats import PARQUET, local_base, table_format
+from airflow_provider_cdc.cdc.sinks.formats import PARQUET, local_base
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
-from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas, spark_read_merged
+from airflow_provider_cdc.cdc.sinks.schemas import conform_table, merge_schemas
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 
 
@@ -187,6 +188,8 @@ def read_windows_spark(
 ) -> Any:
     """The rows of ``topic`` in ``windows`` (some of the ``committed`` entries) as a Spark
     DataFrame; None when those windows wrote none."""
+    from airflow_provider_cdc.cdc.sinks.spark_files import Only, spark_read_merged
+
     storage = storage_for(base_path, lambda: spark)
     written = [(e, d) for e in windows if (d := e.dataset(topic)) is not None and d.events]
     if not written:
@@ -197,8 +200,6 @@ def read_windows_spark(
     if not files:
         return None
     from pyspark.sql import functions as F
-
-    from airflow_provider_cdc.cdc.sinks.spark_files import Only
 
     ids = [e.window_id for e, _ in written]
     # On an object store the footers' statistics skip the files of other windows, as Spark's

@@ -20,8 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.naming import path_from_uri
-
 _INT_RANK = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 3, pa.int64(): 4}
 
 
@@ -103,56 +101,3 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
-
-
-# -- Spark ---------------------------------------------------------------------------------------
-
-
-def spark_read_merged(spark: Any, paths: Sequence[str], *, only: Any = None) -> Any:
-    """Read Parquet datasets whose schemas may differ, merged by the rules above.
-
-    ``only`` (a :class:`.spark_files.Only`) lets the object-store reader skip row groups and rows
-    outside it; the caller still filters the DataFrame (Spark's reader pushes that filter down)."""
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-    from airflow_provider_cdc.cdc.sinks import spark_files
-
-    if any(spark_files.bridged(p) for p in paths):
-        # Spark cannot open object stores here: Arrow reads them in Spark tasks, merging alike.
-        return spark_files.read_parquet(spark, paths, only=only)
-
-    # One window directory can hold files of several table versions (an ALTER TABLE inside the
-    # window), and Spark reads a directory with one schema: group the files by their schema.
-    # inputFiles() are encoded URIs: decoded once, or Hadoop reads an escaped directory's '%' twice.
-    files = [path_from_uri(f) for path in paths for f in spark.read.parquet(path).inputFiles()]
-    groups: dict[str, list[str]] = {}
-    schemas: dict[str, Any] = {}
-    for file in files:
-        schema = spark.read.parquet(file).schema
-        groups.setdefault(schema.json(), []).append(file)
-        schemas[schema.json()] = schema
-    frames = [spark.read.schema(schemas[key]).parquet(*group) for key, group in groups.items()]
-    arrow_schemas = [to_arrow_schema(frame.schema, timezone="UTC") for frame in frames]
-    merged = from_arrow_schema(merge_schemas(arrow_schemas), prefer_timestamp_ntz=True)
-    result = None
-    for frame in frames:
-        shaped = frame.select(*[_spark_conform(frame.schema, field).alias(field.name) for field in merged.fields])
-        result = shaped if result is None else result.unionByName(shaped)
-    return result
-
-
-def _spark_conform(source_schema: Any, field: Any, prefix: str = "") -> Any:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
-
-    names = {f.name: f for f in source_schema.fields}
-    path = f"{prefix}`{field.name}`"
-    if field.name not in names:
-        return F.lit(None).cast(field.dataType)
-    source_type = names[field.name].dataType
-    if isinstance(field.dataType, StructType) and isinstance(source_type, StructType):
-        children = [_spark_conform(source_type, child, f"{path}.").alias(child.name) for child in field.dataType.fields]
-        return F.when(F.col(path).isNull(), F.lit(None)).otherwise(F.struct(*children)).cast(field.dataType)
-    if isinstance(field.dataType, StringType) and isinstance(source_type, (StructType, ArrayType, MapType)):
-        return F.to_json(F.col(path))
-    return F.col(path).cast(field.dataType)

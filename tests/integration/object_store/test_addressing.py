@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from airflow_provider_cdc.cdc.sinks import object_store
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
 from tests.support.s3_server import ADMIN, BUCKET
 
 

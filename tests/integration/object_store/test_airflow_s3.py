@@ -112,8 +112,8 @@ def test_example_dag_lands_on_s3_with_an_aws_connection(
     elif sink_format == "delta":
         frame = pl.scan_delta(orders, storage_options=options).collect()
     else:
-        from airflow_provider_cdc.cdc.naming import Topic
-        from airflow_provider_cdc.cdc.sinks.formats import table_format
+        from airflow_provider_cdc.cdc.basics.naming import Topic
+        from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 
         with object_store.using(capture.object_store_access()):
             tables = table_format("iceberg", s3_prefix, "shop", catalog)

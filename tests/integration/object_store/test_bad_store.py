@@ -18,9 +18,9 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.sinks import object_store, storage
-from airflow_provider_cdc.cdc.sinks.storage import check_writable
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.sinks import object_store, path_checks
+from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
 from tests.support.s3_server import ADMIN, BUCKET, READER
 
 WRONG_SECRET = "wrong-secret-9d1e77f0c4"
@@ -96,7 +96,7 @@ def test_an_endpoint_that_never_answers_is_bounded(s3_server, s3_prefix, monkeyp
                 continue
 
     threading.Thread(target=accept, daemon=True).start()
-    monkeypatch.setattr(storage, "SETUP_CHECK_TIMEOUT_SECONDS", 1.5)
+    monkeypatch.setattr(path_checks, "SETUP_CHECK_TIMEOUT_SECONDS", 1.5)
     endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
         message = _refused(replace(s3_server.access(), endpoint_url=endpoint), s3_prefix)
@@ -115,7 +115,7 @@ def test_an_abandoned_check_never_changes_the_process_access(s3_server, s3_prefi
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    monkeypatch.setattr(storage, "SETUP_CHECK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(path_checks, "SETUP_CHECK_TIMEOUT_SECONDS", 0.3)
     monkeypatch.setattr(object_store, "REQUEST_TIMEOUT_SECONDS", 1)
     monkeypatch.setattr(object_store, "MAX_RETRIES", 1)
     before = set(threading.enumerate())

@@ -24,7 +24,7 @@ import random
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import commit_log_directory
+from airflow_provider_cdc.cdc.basics.naming import commit_log_directory
 from airflow_provider_cdc.cdc.sinks import object_store
 from tests.support import crash as harness
 from tests.support.crash import CrashCapture, prepare_shop

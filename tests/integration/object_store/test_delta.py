@@ -20,12 +20,12 @@ import pytest
 
 deltalake = pytest.importorskip("deltalake")
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError  # noqa: E402
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError  # noqa: E402
+from airflow_provider_cdc.cdc.basics.window import window_id_for  # noqa: E402
 from airflow_provider_cdc.cdc.sinks import object_store  # noqa: E402
 from airflow_provider_cdc.cdc.sinks.delta import DeltaTables, time_travel_version  # noqa: E402
-from airflow_provider_cdc.cdc.sinks.formats import table_format  # noqa: E402
-from airflow_provider_cdc.cdc.state_tables import DeltaStateTable  # noqa: E402
-from airflow_provider_cdc.cdc.window import window_id_for  # noqa: E402
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format  # noqa: E402
+from airflow_provider_cdc.cdc.state.delta_table import DeltaStateTable  # noqa: E402
 from tests.support.s3_server import BUCKET  # noqa: E402
 from tests.unit.cdc.sinks.test_delta_tables import PREFIX, TOPIC, events, ids_by_window, tag  # noqa: E402
 
@@ -308,15 +308,15 @@ def test_a_capture_lands_delta_tables_and_their_current_state_on_s3(db15, spark,
     commit and its log entry, then run again: nothing lost or duplicated); the current state by
     Delta MERGE on S3, ``as_of`` the snapshot by time travel; maintenance on the store leaves
     every read unchanged."""
-    from airflow_provider_cdc.cdc import faults
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics import faults
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.naming import Topic
     from airflow_provider_cdc.cdc.jobs import run_window_job
-    from airflow_provider_cdc.cdc.naming import Topic
+    from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres import admin
-    from airflow_provider_cdc.cdc.spec import StateJobSpec
-    from airflow_provider_cdc.cdc.state import run_state_job
-    from airflow_provider_cdc.cdc.state_lake import state_table
+    from airflow_provider_cdc.cdc.state.jobs import run_state_job
+    from airflow_provider_cdc.cdc.state.tables import state_table
     from tests.support.databases import snapshot_window, stream_window
     from tests.support.oracle import assert_same_state, replay, source_rows
 

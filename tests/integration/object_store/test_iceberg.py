@@ -11,11 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.window import window_id_for
 from airflow_provider_cdc.cdc.sinks import object_store
-from airflow_provider_cdc.cdc.sinks.formats import WindowTag, check_iceberg_catalog, check_table_sink, table_format
-from airflow_provider_cdc.cdc.window import window_id_for
+from airflow_provider_cdc.cdc.sinks.formats import WindowTag, check_iceberg_catalog, check_table_sink
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 from tests.support.s3_server import ADMIN, BUCKET
 
 
@@ -150,7 +151,7 @@ def test_a_forged_manifest_makes_neither_maintenance_delete_nor_the_fold_read_ou
 ):
     """Another capture's object in the bucket and a file on the worker, named by a forged manifest
     of this table: expiry refuses to delete them, ``data_files`` (the state fold's files) to list them."""
-    from airflow_provider_cdc.cdc.errors import CdcStateError
+    from airflow_provider_cdc.cdc.basics.errors import CdcStateError
 
     tables = table_format("iceberg", s3_prefix, "t", {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"})
     topic = Topic.for_table("t", "public", "orders")
@@ -181,7 +182,7 @@ def test_a_forged_manifest_makes_neither_maintenance_delete_nor_the_fold_read_ou
     with pytest.raises(CdcStateError, match="outside the table"):
         tables.scan_arrow(topic)
     # And a state table's (the fold reads its files to merge into it).
-    from airflow_provider_cdc.cdc.state_tables import IcebergStateTable
+    from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
 
     catalog = {"name": "cdc", "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"}
     state = IcebergStateTable(catalog, ("t_state", "public", "orders"), f"{s3_prefix}/state/t.public.orders")
@@ -198,7 +199,7 @@ def test_a_forged_manifest_of_a_local_sink_deletes_and_lists_nothing_outside_it(
     ``file://`` URI, through ``..`` or through a link planted in the table's directory."""
     from pathlib import Path
 
-    from airflow_provider_cdc.cdc.errors import CdcStateError
+    from airflow_provider_cdc.cdc.basics.errors import CdcStateError
 
     secret = tmp_path / "outside" / "secret.parquet"
     secret.parent.mkdir()
@@ -241,7 +242,7 @@ def test_a_forged_manifest_of_a_local_sink_deletes_and_lists_nothing_outside_it(
 
 
 def test_state_table_merge_and_as_of_in_the_bucket(s3_server, s3_prefix, sql_catalog):
-    from airflow_provider_cdc.cdc.state_tables import IcebergStateTable
+    from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
 
     state = IcebergStateTable(
         {"name": "cdc", **sql_catalog}, ("t_state", "public", "orders"), f"{s3_prefix}/state/orders"
@@ -315,7 +316,7 @@ def test_an_object_store_sink_needs_a_catalog(s3_prefix):
     # Below the parse check too: no SQLite catalog is made for a bucket (the sink's or the state's).
     with pytest.raises(CdcConfigurationError, match="table_catalog"):
         _ = table_format("iceberg", s3_prefix, "t").catalog
-    from airflow_provider_cdc.cdc.state_lake import state_table
+    from airflow_provider_cdc.cdc.state.tables import state_table
 
     state = None
     with pytest.raises(CdcConfigurationError, match="table_catalog"):
@@ -328,11 +329,11 @@ def test_postgres_capture_lands_iceberg_tables_on_s3(db15, spark, s3_server, s3_
     """A snapshot and a stream window into Iceberg tables in the bucket, the catalog in PostgreSQL;
     then the current state (Iceberg MERGE) in the bucket too, and ``as_of`` the snapshot."""
     from airflow_provider_cdc.cdc.jobs import run_window_job
+    from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres import admin
-    from airflow_provider_cdc.cdc.spec import StateJobSpec
-    from airflow_provider_cdc.cdc.state import run_state_job
-    from airflow_provider_cdc.cdc.state_lake import state_table
+    from airflow_provider_cdc.cdc.state.jobs import run_state_job
+    from airflow_provider_cdc.cdc.state.tables import state_table
     from tests.support.databases import snapshot_window, stream_window
     from tests.support.oracle import assert_same_state, replay, source_rows
 

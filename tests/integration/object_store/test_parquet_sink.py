@@ -153,9 +153,9 @@ def sqlserver_conn(request, pg15, airflow_db, spark, monkeypatch):
 
 def test_sqlserver_snapshot_lands_on_s3(sqlserver_conn, s3_server, s3_prefix):
     """Every source shares the writer and the snapshot tasks: one SQL Server (stand-in) window."""
+    from airflow_provider_cdc.cdc.basics.tables import TableRef
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions, SparkOptions
     from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec
-    from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions
-    from airflow_provider_cdc.cdc.tables import TableRef
     from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
 
     standin, conn_id = sqlserver_conn

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_cdc.cdc.sinks import object_store, spark_files
-from airflow_provider_cdc.cdc.sinks.schemas import spark_read_merged
+from airflow_provider_cdc.cdc.sinks.spark_files import spark_read_merged
 from tests.support.s3_server import BUCKET
 
 pytestmark = pytest.mark.spark

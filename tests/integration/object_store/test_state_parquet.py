@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.jobs import run_window_job
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.planning.spec import SparkOptions, StateJobSpec
 from airflow_provider_cdc.cdc.sinks import object_store
 from airflow_provider_cdc.cdc.sources.postgres import admin
-from airflow_provider_cdc.cdc.spec import SparkOptions, StateJobSpec
-from airflow_provider_cdc.cdc.state import STATE_LOG_DIR, apply_windows, read_state, run_state_job
+from airflow_provider_cdc.cdc.state.apply import apply_windows
+from airflow_provider_cdc.cdc.state.jobs import read_state, run_state_job
+from airflow_provider_cdc.cdc.state.versions import STATE_LOG_DIR
 from tests.support.databases import snapshot_window, stream_window
 from tests.support.oracle import assert_same_state, source_rows, spark_rows
 from tests.support.s3_server import BUCKET, REGION

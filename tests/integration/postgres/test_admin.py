@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     ConcurrentCaptureError,
     PublicationError,
     SlotConfigurationError,

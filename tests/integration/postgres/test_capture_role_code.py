@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.chunks import Watermarks
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect

@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from airflow_provider_cdc.cdc.columns import ColumnRules
+from airflow_provider_cdc.cdc.events.columns import ColumnRules
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX
@@ -227,8 +227,8 @@ def test_schema_changes_between_and_inside_windows(db, spark, tmp_path, sink_for
         versions = {tuple((f.name, str(f.type)) for f in pq.read_schema(f).field("after").type) for f in files}
         assert len(versions) == 3  # one window, three table versions, each written as it was
     else:  # a lake table has one schema: the merge of every version, its files conformed where types changed
-        from airflow_provider_cdc.cdc.naming import Topic
-        from airflow_provider_cdc.cdc.sinks.formats import table_format
+        from airflow_provider_cdc.cdc.basics.naming import Topic
+        from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 
         table = table_format(sink_format, str(scenario.sink), "t").scan_arrow(Topic.for_table("t", "public", "items"))
         after = table.schema.field("after").type

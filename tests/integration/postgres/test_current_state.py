@@ -7,10 +7,11 @@ import string
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-from airflow_provider_cdc.cdc.state import apply_windows, read_state
+from airflow_provider_cdc.cdc.state.apply import apply_windows
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from tests.support.databases import snapshot_window, stream_window
 from tests.support.oracle import assert_same_state, events_of, source_rows, spark_rows
 

@@ -15,8 +15,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcTransientError
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
 from tests.support.databases import stream_window

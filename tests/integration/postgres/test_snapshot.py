@@ -211,7 +211,7 @@ def test_every_text_route_reads_what_the_stream_sends_with_select_alone(db15, sp
     on the table (no ``USAGE`` on the extensions' schema) can take the snapshot."""
     from dataclasses import replace
 
-    from airflow_provider_cdc.cdc.columns import ColumnRules
+    from airflow_provider_cdc.cdc.events.columns import ColumnRules
     from airflow_provider_cdc.cdc.sources.postgres.connection import connect
     from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcError, ConcurrentCaptureError, SlotMissingError
+from airflow_provider_cdc.cdc.basics.errors import CdcError, ConcurrentCaptureError, SlotMissingError
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.decoder import LogicalMessage, decode_message
@@ -333,8 +333,8 @@ def test_adbc_executes_a_statement_once(shop):
 
 
 def test_window_reader_is_validated_and_yugabyte_streams():
-    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-    from airflow_provider_cdc.cdc.spec import CaptureOptions
+    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
 
     with pytest.raises(CdcConfigurationError, match="window_reader"):
         CaptureOptions(window_reader="fast")

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import PublicationError
+from airflow_provider_cdc.cdc.basics.errors import PublicationError
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
 from tests.support.databases import stream_window

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
@@ -304,10 +304,10 @@ def test_the_job_spec_carries_the_settled_sslmode_and_a_snapshot_runs_over_verif
 ):
     from airflow_provider_cdc.capture import PostgresCapture
     from airflow_provider_cdc.captures.postgres import spec_fields
+    from airflow_provider_cdc.cdc.basics.tables import TableRef
     from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
     from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
-    from airflow_provider_cdc.cdc.spec import PostgresJobSpec
-    from airflow_provider_cdc.cdc.tables import TableRef
+    from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
     from airflow_provider_cdc.offsets.variable import VariableOffsetStore
 
     caplog.set_level(logging.INFO, logger=LOGGER)

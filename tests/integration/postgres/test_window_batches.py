@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.events.settings import EventContext
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc.captures.sqlserver import SqlServerCapture
-from airflow_provider_cdc.cdc.offset import OffsetIdentity
+from airflow_provider_cdc.cdc.planning.offset import OffsetIdentity
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from tests.integration.test_bad_input import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pyodbc
 import pytest
 
-from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
+from airflow_provider_cdc.cdc.basics.errors import ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 
 #: The batch the product sent before SET NOCOUNT ON (admin.py before this change).

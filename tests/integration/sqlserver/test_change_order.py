@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.state import apply_windows, read_state
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.state.apply import apply_windows
+from airflow_provider_cdc.cdc.state.jobs import read_state
 from tests.integration.sqlserver.test_capture import capture_dag, make_capture
 from tests.support import airflow as af
 from tests.support.oracle import assert_same_state, events_of, replay, spark_rows

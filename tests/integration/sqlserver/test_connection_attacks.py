@@ -33,7 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from tests.support.sqlserver import ODBC_DRIVER
 
 pytestmark = [pytest.mark.airflow]
@@ -273,7 +273,7 @@ def test_the_review_reproduction_is_refused_before_odbc_is_asked(planted, monkey
 def test_a_trusted_driver_name_in_the_extra_connects_when_the_deployment_allows_it(planted, monkeypatch):
     """The allowed way still works: an installed driver's name, from the extra, reaches the server
     (here: psqlODBC towards a closed port, so the connection is refused by the network)."""
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
     from airflow_provider_cdc.hooks.sqlserver_cdc import SqlServerCdcHook
 
     monkeypatch.setenv(ALLOW_DRIVER_IN_EXTRA, "True")
@@ -305,7 +305,7 @@ def test_hostile_braces_in_the_connections_fields_never_reach_the_driver_manager
     plants its own copy of the library (a path loads once per process)."""
     from airflow.sdk import Connection
 
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
     from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
     from airflow_provider_cdc.hooks.sqlserver_cdc import connection_info_from
 

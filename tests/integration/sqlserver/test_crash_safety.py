@@ -4,7 +4,7 @@ moments, on the stand-in (docs/sqlserver-standin.md).
 The harness is the PostgreSQL crash tests' (``tests/support/crash.py``), with the SQL Server
 adapter (``tests/support/crash_sources.py``): each crash runs the real task in a child process
 (``tests/support/crash_driver.py``) that is killed at a named fault point
-(``airflow_provider_cdc.cdc.faults``) or after a random delay; the next run, in this process,
+(``airflow_provider_cdc.cdc.basics.faults``) or after a random delay; the next run, in this process,
 must complete the work. After every recovery the harness checks that nothing was lost or
 duplicated, that the transaction side table matches the events, that replaying the events gives
 the source's tables (once the stand-in's capture job took in every commit), and that the offset

@@ -14,10 +14,10 @@ from __future__ import annotations
 import pyodbc
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, ServerConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, ServerConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, stream
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
-from airflow_provider_cdc.cdc.tables import TableRef
 
 LOGIN, PASSWORD = "cdc_perm_reader", "s3cret!"
 ORDERS = TableRef("dbo", "orders")

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import pyodbc
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver import health
 from tests.support.sqlserver import SqlServerStandIn
 

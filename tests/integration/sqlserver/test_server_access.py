@@ -12,7 +12,7 @@ import logging
 import pyodbc
 import pytest
 
-from airflow_provider_cdc.cdc.errors import ServerConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import ServerConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
 from tests.integration.sqlserver.test_permissions import LOGIN, PASSWORD, _login_capture
 

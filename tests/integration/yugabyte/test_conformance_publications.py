@@ -229,7 +229,7 @@ def test_p_a_first_window_later_than_4_hours_after_the_slot_is_refused(yugabyte_
 def test_a_snapshot_longer_than_the_not_of_interest_timeout_is_not_landed():
     """The same rule inside the snapshot job: a snapshot that ends after the timeout is refused before
     its commit (a re-run would only lose the tables again), naming the flag to raise."""
-    from airflow_provider_cdc.cdc.errors import SnapshotRequiredError
+    from airflow_provider_cdc.cdc.basics.errors import SnapshotRequiredError
     from airflow_provider_cdc.cdc.sources.yugabyte.jobs import check_snapshot_duration
 
     check_snapshot_duration(0, 4 * HOUR_MS, 4 * HOUR_MS)

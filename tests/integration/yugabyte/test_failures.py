@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, ConcurrentCaptureError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, ConcurrentCaptureError
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
 from tests.integration.yugabyte.test_capture import (
@@ -211,7 +211,7 @@ def test_errors_inside_the_stream_are_classified_for_the_fence_and_the_acknowled
     StartLogicalReplication), so a missing publication, pgoutput with REPLICA IDENTITY CHANGE and an
     expired slot arrive as an ErrorResponse inside the stream: each is the terminal error a refused
     START would be, not a lost connection retried forever (research §3 row 3)."""
-    from airflow_provider_cdc.cdc.errors import PublicationError, SlotConfigurationError, WalLostError
+    from airflow_provider_cdc.cdc.basics.errors import PublicationError, SlotConfigurationError, WalLostError
     from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
     from airflow_provider_cdc.cdc.sources.yugabyte import admin
@@ -249,7 +249,7 @@ def test_an_expiry_the_capture_did_not_foresee_fails_the_window_as_lost(flag_off
     """The slot expired (YB's clock) while the capture's own record of its last read says it should
     not have: the window's stream gets the expiry inside COPY BOTH and fails terminally (WalLostError),
     not as a lost connection (research §3 row 3)."""
-    from airflow_provider_cdc.cdc.errors import WalLostError
+    from airflow_provider_cdc.cdc.basics.errors import WalLostError
 
     standin, conn_id = flag_off_conn
     workload.create(standin, customers=5, orders_per_customer=1)

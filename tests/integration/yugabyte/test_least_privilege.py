@@ -380,7 +380,7 @@ def test_lock_table_grants_before_v2025_1(least_without_advisory_locks):
     table the run cannot start. Setup, which takes no lock, is not affected."""
     import logging
 
-    from airflow_provider_cdc.cdc.errors import ConcurrentCaptureError
+    from airflow_provider_cdc.cdc.basics.errors import ConcurrentCaptureError
 
     least = least_without_advisory_locks
     capture = least.example().capture

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
-from airflow_provider_cdc.cdc.tables import TableRef
 from tests.support.yugabyte.fixtures import standin_for
 from tests.support.yugabyte.standin import YugabyteStandIn
 

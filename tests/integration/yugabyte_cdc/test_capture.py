@@ -129,7 +129,7 @@ def test_stream_windows_from_the_latest_ops_reproduce_the_table(yb, conn_id, tmp
 
 
 def test_setup_refuses_bad_streams_and_schedules_and_writes_nothing(yb, conn_id, tmp_path):
-    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
     with yb.connect() as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")

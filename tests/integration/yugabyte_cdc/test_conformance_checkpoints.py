@@ -15,7 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, WalLostError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, WalLostError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
@@ -37,9 +40,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot import BOOTSTRAP
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-from airflow_provider_cdc.cdc.spec import CaptureOptions
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
 

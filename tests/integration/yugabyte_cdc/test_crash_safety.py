@@ -6,7 +6,7 @@ The harness is the other sources' (``tests/support/crash.py``), with the CDC-ser
 (``YugabyteCdcCrashSource`` in ``tests/support/crash_sources.py``): each crash runs the real task
 (the shared operators) in a child process (``tests/support/crash_driver.py``) that reaches the
 stand-in's masters and tablet servers over YB's RPC and is killed at a named fault point
-(``airflow_provider_cdc.cdc.faults``) or after a random delay; the next run, in this process,
+(``airflow_provider_cdc.cdc.basics.faults``) or after a random delay; the next run, in this process,
 must complete the work. After every recovery the harness checks that nothing was lost or
 duplicated, that the transaction side table matches the events, that replaying the events gives
 the source's tables, that the offset (an Airflow Variable) names the last committed window with

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.naming import Topic
 from tests.support import airflow as af
 from tests.support import yb_workload as workload
 from tests.support.oracle import assert_same_state, events_of, replay, spark_rows
@@ -48,7 +48,7 @@ def ops(window: dict) -> dict[str, int]:
 def test_example_dag_reproduces_the_source(yb, airflow_db, spark, tmp_path, monkeypatch, record_type):
     from airflow.models import Variable
 
-    from airflow_provider_cdc.cdc.state import read_state
+    from airflow_provider_cdc.cdc.state.jobs import read_state
 
     workload.create(yb, customers=8, orders_per_customer=2)
     yb.wait_caught_up()

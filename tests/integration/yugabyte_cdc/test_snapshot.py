@@ -15,7 +15,10 @@ from dataclasses import replace
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc import snapshot as snapshot_module
@@ -23,9 +26,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-from airflow_provider_cdc.cdc.spec import CaptureOptions
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.oracle import assert_same_state, events_of, ordered, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
 

@@ -9,6 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
@@ -17,9 +20,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-from airflow_provider_cdc.cdc.spec import CaptureOptions
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.oracle import events_of, ordered, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for
 from tests.support.yugabyte_cdc.starts import start_streaming

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_cdc.captures.yugabyte_cdc_service import YugabyteCdcServiceCapture
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, DecodingError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import relation_columns, row_image
-from airflow_provider_cdc.cdc.tables import TableRef
 from tests.standin.test_yugabyte_cdc_standin import Client, start_streaming
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, airflow_connection, standin_for
 

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from airflow_provider_cdc.cdc import errors
+from airflow_provider_cdc.cdc.basics import errors
 from airflow_provider_cdc.cdc.sources.postgres.types import ValueConversionError
 
 WORKER_TRACEBACK = """An exception was thrown from the Python worker:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.landed import (
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.sinks.landed import (
     CAPTURE_GAPS,
     CHANGE_EVENTS,
     CURRENT_STATE,
@@ -15,7 +16,6 @@ from airflow_provider_cdc.cdc.landed import (
     gap_dataset,
     state_datasets,
 )
-from airflow_provider_cdc.cdc.tables import TableRef
 
 
 def test_a_local_sink_lands_file_uris_of_the_topic_directories(tmp_path):

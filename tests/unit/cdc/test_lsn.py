@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import InvalidLsnError
-from airflow_provider_cdc.cdc.lsn import MAX_LSN, Lsn
+from airflow_provider_cdc.cdc.basics.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.sources.postgres.lsn import MAX_LSN, Lsn
 
 
 @given(st.integers(0, MAX_LSN))

@@ -8,7 +8,7 @@ import time
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.progress import batch_bytes, human_bytes, lag_text, log_chunk
+from airflow_provider_cdc.cdc.basics.progress import batch_bytes, human_bytes, lag_text, log_chunk
 
 
 def test_one_line_says_changes_bytes_rate_and_lag(caplog):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from sqlglot import exp
 
-from airflow_provider_cdc.cdc.row_filter import (
+from airflow_provider_cdc.cdc.planning.row_filter import (
     COMPARISONS,
     AllOf,
     AnyOf,
@@ -250,7 +250,7 @@ def test_rendered_sql_holds_only_the_filters_columns_in_both_dialects(tree):
 
 
 def _columns(tree):
-    from airflow_provider_cdc.cdc.row_filter import columns_of
+    from airflow_provider_cdc.cdc.planning.row_filter import columns_of
 
     return columns_of(tree)
 

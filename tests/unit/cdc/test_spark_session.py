@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from airflow_provider_cdc.cdc.spark_session import jvm_line_level, log_lines
+from airflow_provider_cdc.cdc.basics.spark_session import jvm_line_level, log_lines
 
 INFO, WARNING, ERROR, DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
 

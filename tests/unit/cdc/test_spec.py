@@ -3,15 +3,16 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from airflow_provider_cdc.cdc.columns import ColumnRules
-from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.columns import ColumnRules
+from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
+from airflow_provider_cdc.cdc.planning.spec import CaptureOptions, StateJobSpec, job_kind
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 from airflow_provider_cdc.cdc.sources.postgres.types import ValueModes
-from airflow_provider_cdc.cdc.spec import CaptureOptions, PostgresJobSpec, StateJobSpec, job_kind
-from airflow_provider_cdc.cdc.window import Window
 
 
 def test_job_spec_round_trips_without_the_password():

@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_cdc.cdc.state import fold as spark_fold
-from airflow_provider_cdc.cdc.state_arrow import read_parquet_arrow
-from airflow_provider_cdc.cdc.state_fold_arrow import fold as arrow_fold
-from airflow_provider_cdc.cdc.state_merge import _to_spark
-from airflow_provider_cdc.cdc.state_tables import plain_types
+from airflow_provider_cdc.cdc.state.arrow import read_parquet_arrow
+from airflow_provider_cdc.cdc.state.arrow_fold import fold as arrow_fold
+from airflow_provider_cdc.cdc.state.merge import _to_spark
+from airflow_provider_cdc.cdc.state.spark_fold import fold as spark_fold
+from airflow_provider_cdc.cdc.state.table_rows import plain_types
 from tests.unit.cdc.test_state_merge import EventLog, rows_of
 
 pytestmark = pytest.mark.spark
@@ -135,9 +135,9 @@ def test_arrow_fold_keeps_unchanged_toast_values_across_a_key_change():
 
 
 def test_the_state_job_spec_carries_the_engine():
-    from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-    from airflow_provider_cdc.cdc.spec import StateJobSpec
-    from airflow_provider_cdc.cdc.state_arrow import SPARK, choose_engine
+    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
+    from airflow_provider_cdc.cdc.state.arrow import SPARK, choose_engine
 
     spec = StateJobSpec("shop", "/lake", "/state", (("shop.public.a", "shop.public.a"),), state_engine="arrow")
     assert StateJobSpec.from_json(spec.to_json()) == spec

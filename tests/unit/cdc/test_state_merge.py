@@ -20,15 +20,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.cdc.envelope import EventLayout
-from airflow_provider_cdc.cdc.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.events.envelope import EventLayout
 from airflow_provider_cdc.cdc.sinks.formats import WindowTag
-from airflow_provider_cdc.cdc.sinks.schemas import spark_read_merged
+from airflow_provider_cdc.cdc.sinks.spark_files import spark_read_merged
 from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK
-from airflow_provider_cdc.cdc.state import fold
-from airflow_provider_cdc.cdc.state_arrow import ArrowFold, read_parquet_arrow
-from airflow_provider_cdc.cdc.state_merge import merge_windows, read_state_as_of
-from airflow_provider_cdc.cdc.state_tables import DeltaStateTable, IcebergStateTable, StateTable, plain_types
+from airflow_provider_cdc.cdc.state.arrow import ArrowFold, read_parquet_arrow
+from airflow_provider_cdc.cdc.state.delta_table import DeltaStateTable
+from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
+from airflow_provider_cdc.cdc.state.merge import merge_windows, read_state_as_of
+from airflow_provider_cdc.cdc.state.spark_fold import fold
+from airflow_provider_cdc.cdc.state.table_rows import plain_types
+from airflow_provider_cdc.cdc.state.tables import StateTable
 
 pytestmark = pytest.mark.spark
 

@@ -12,8 +12,11 @@ import random
 import pyarrow as pa
 import pytest
 
-from airflow_provider_cdc.cdc.state_merge import merge_windows
-from airflow_provider_cdc.cdc.state_tables import DeltaStateTable, IcebergStateTable, StateTable, plain_types
+from airflow_provider_cdc.cdc.state.delta_table import DeltaStateTable
+from airflow_provider_cdc.cdc.state.iceberg_table import IcebergStateTable
+from airflow_provider_cdc.cdc.state.merge import merge_windows
+from airflow_provider_cdc.cdc.state.table_rows import plain_types
+from airflow_provider_cdc.cdc.state.tables import StateTable
 from tests.unit.cdc.test_state_merge import FORMATS, EventLog, duckdb_rows, rows_of, state_table
 
 pytestmark = pytest.mark.spark

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.window import Window, window_id_for
+from airflow_provider_cdc.cdc.basics.errors import InvalidOffsetError
+from airflow_provider_cdc.cdc.basics.window import Window, window_id_for
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 
 
 def window(start: int, end: int) -> Window:

@@ -34,7 +34,7 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 
 #: 2000-01-01, PostgreSQL's epoch for dates and timestamps, in days since 1970-01-01.

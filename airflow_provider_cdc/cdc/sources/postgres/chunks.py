@@ -18,7 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.chunks import (
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.events.envelope import EventLayout
+from airflow_provider_cdc.cdc.planning.row_filter import render
+from airflow_provider_cdc.cdc.reading.chunks import (
     CHUNK_ID_FIELD,
     ChunkPlan,
     ChunkRead,
@@ -26,10 +29,7 @@ from airflow_provider_cdc.cdc.chunks import (
     staged_topic,
     surviving_rows,
 )
-from airflow_provider_cdc.cdc.chunks import ChunkKeyWatch as _ChunkKeyWatch
-from airflow_provider_cdc.cdc.envelope import EventLayout
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.row_filter import render
+from airflow_provider_cdc.cdc.reading.chunks import ChunkKeyWatch as _ChunkKeyWatch
 from airflow_provider_cdc.cdc.sources.postgres.attached_code import (
     signal_table_write_problems,
     unsafe_signal_table_message,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 
 INSERT, UPDATE, DELETE, TRUNCATE = 0x49, 0x55, 0x44, 0x54
 _NEW, _KEY, _OLD = 0x4E, 0x4B, 0x4F

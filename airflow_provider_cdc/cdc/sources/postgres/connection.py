@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.types import SESSION_SETTINGS
 
@@ -185,7 +185,7 @@ def connect(info: PgConnectionInfo, *, autocommit: bool = True):  # -> psycopg.C
     verified TLS unless the connection asks for less (see :mod:`.tls`)."""
     import psycopg
 
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
 
     try:
         return tls.open_connection(

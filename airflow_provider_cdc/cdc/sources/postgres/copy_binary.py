@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn, read_at
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"

@@ -22,7 +22,7 @@ binary COPY saves (docs/benchmarks.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -32,7 +32,13 @@ from airflow_provider_cdc.cdc.sources.postgres.types import BPCHAR, NAME, TEXT, 
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
-    from airflow_provider_cdc.cdc.sources.postgres.snapshot import PartitionRange
+
+
+class PartitionRange(Protocol):
+    """One partition of a table's snapshot read: the WHERE terms that select it."""
+
+    def conditions(self) -> list[Any]: ...  # psycopg sql.Composable terms, ANDed
+
 
 #: Types whose binary send form is their text output (``textsend`` and friends).
 SENT_AS_TEXT = frozenset({TEXT, VARCHAR, BPCHAR, NAME})

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import Union
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 
 # Microseconds between the Unix epoch and PostgreSQL's epoch (2000-01-01 UTC).
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000

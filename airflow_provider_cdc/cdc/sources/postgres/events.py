@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.column_plan import ColumnPlan
-from airflow_provider_cdc.cdc.envelope import (
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.events.column_plan import ColumnPlan
+from airflow_provider_cdc.cdc.events.envelope import (
     SOURCE_COMMON_FIELDS,
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
@@ -29,8 +30,7 @@ from airflow_provider_cdc.cdc.envelope import (
     Op,
     message_schema,
 )
-from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings, read_event_ts_ms
 from airflow_provider_cdc.cdc.sources.postgres import columnar
 from airflow_provider_cdc.cdc.sources.postgres.binary_values import BinaryColumn
 from airflow_provider_cdc.cdc.sources.postgres.decoder import TupleData
@@ -144,7 +144,7 @@ def _docdb_repair(column: Column) -> Callable[[pa.Array], pa.Array] | None:
 
 
 def _numeric_at_scale(text: pa.Array, pg_type: PgType) -> pa.Array:
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import numeric_at_scale  # protobuf: import late
+    from airflow_provider_cdc.cdc.sources.postgres.types import numeric_at_scale
 
     return pa.array([None if v is None else numeric_at_scale(v, pg_type) for v in text.to_pylist()], text.type)
 

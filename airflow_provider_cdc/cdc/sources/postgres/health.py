@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 if TYPE_CHECKING:  # annotations only: admin (psycopg, pyarrow) is not loaded when a DAG file is parsed
-    from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+    from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 #: ``max_slot_wal_keep_size`` in bytes (-1: unlimited); readable without superuser.
 KEEP_SIZE_SQL = "SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size'))"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.incremental import (
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.planning.incremental import (
     SIGNAL_TYPES,
     WATERMARK_CLOSE,
     WATERMARK_MODES,

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.incremental_run import IncrementalRun
+from airflow_provider_cdc.cdc.reading.incremental_run import IncrementalRun
 from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkPositions
 from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState, XidSnapshot
 from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec

@@ -18,14 +18,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcError, CdcStateError, OffsetMismatchError
-from airflow_provider_cdc.cdc.incremental_run import drop_emitted_chunks
-from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcError, CdcStateError, OffsetMismatchError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.reading.incremental_run import drop_emitted_chunks
+from airflow_provider_cdc.cdc.reading.snapshot_tasks import write_partitions
+from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
-from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkReader, Watermarks, emit_chunk
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from airflow_provider_cdc.cdc.errors import InvalidLsnError
-from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.basics.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.basics.positions import Position
 
 _TEXT_FORM = re.compile(r"^\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*$")
 MAX_LSN = (1 << 64) - 1

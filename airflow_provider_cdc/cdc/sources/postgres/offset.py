@@ -7,7 +7,7 @@ database and the slot.
 
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 
 CONNECTOR = "postgresql"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
 
 if TYPE_CHECKING:  # annotations only: admin (psycopg, pyarrow) is not loaded when a DAG file is parsed
-    from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+    from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 
 def slot_readiness(status: SlotStatus | None, slot_name: str, min_pending_bytes: int) -> Readiness:

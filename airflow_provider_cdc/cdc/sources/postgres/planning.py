@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from airflow_provider_cdc.cdc import planning as core
-from airflow_provider_cdc.cdc.errors import OffsetMismatchError, SlotMissingError, WalLostError
-from airflow_provider_cdc.cdc.planning import (
+from airflow_provider_cdc.cdc.basics.errors import OffsetMismatchError, SlotMissingError, WalLostError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning import plan as core
+from airflow_provider_cdc.cdc.planning.plan import (
     SNAPSHOT_MODES,
     Reconciled,
     SnapshotDecision,
@@ -28,10 +29,9 @@ from airflow_provider_cdc.cdc.planning import (
     validate_snapshot_mode,
 )
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 __all__ = [
     "SNAPSHOT_MODES",

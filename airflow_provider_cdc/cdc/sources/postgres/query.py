@@ -12,16 +12,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.envelope import Op
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.query_extract import (
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.envelope import Op
+from airflow_provider_cdc.cdc.reading.query_extract import (
     OFFSET_FORMAT,
     QUERY_CONNECTOR,
     QueryExtraction,
     QueryOffset,
     seen_topic,
 )
-from airflow_provider_cdc.cdc.query_extract import run_query_window as _run_query_window
+from airflow_provider_cdc.cdc.reading.query_extract import run_query_window as _run_query_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sources.postgres import admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
@@ -34,7 +35,6 @@ from airflow_provider_cdc.cdc.sources.postgres.events import (
 )
 from airflow_provider_cdc.cdc.sources.postgres.snapshot import copy_text_columns
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, pg_identifier
-from airflow_provider_cdc.cdc.window import Window
 
 __all__ = [
     "OFFSET_FORMAT",

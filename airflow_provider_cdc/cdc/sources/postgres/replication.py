@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcError,
     CdcTransientError,
     ConcurrentCaptureError,

@@ -30,14 +30,14 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect, row_security_refusal
 from airflow_provider_cdc.cdc.sources.postgres.copy_binary import read_copy_chunks
-from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan
+from airflow_provider_cdc.cdc.sources.postgres.copy_plan import CopyPlan, PartitionRange
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
 
@@ -52,12 +52,6 @@ class SnapshotPoint:
     lsn: int
     xmin: int | None
     ts_ms: int
-
-
-class PartitionRange(Protocol):
-    """One partition of a table's snapshot read: the WHERE terms that select it."""
-
-    def conditions(self) -> list[Any]: ...  # psycopg sql.Composable terms, ANDed
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.incremental import IncrementalState
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
+from airflow_provider_cdc.cdc.planning.incremental import IncrementalState
+from airflow_provider_cdc.cdc.planning.spec import (
+    CaptureOptions,
+    SparkOptions,
+    check_common,
+    common_from_json,
+    common_to_dict,
+)
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn, lsn_or_none
-from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, check_common, common_from_json, common_to_dict
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 
 @dataclass(frozen=True)

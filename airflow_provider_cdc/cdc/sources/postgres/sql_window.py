@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 from adbc_driver_manager import Error as AdbcError
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcError, CdcTransientError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.replication import _classify_start_error

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
-from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
-from airflow_provider_cdc.cdc.naming import message_topic, table_topic
-from airflow_provider_cdc.cdc.progress import StreamStats as ProgressStats
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
+from airflow_provider_cdc.cdc.basics.naming import message_topic, table_topic
+from airflow_provider_cdc.cdc.basics.progress import StreamStats as ProgressStats
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.envelope import MESSAGE_DATA_COLLECTION, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.sources.postgres.columnar import TRUNCATE_ROW
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
@@ -50,7 +51,6 @@ from airflow_provider_cdc.cdc.sources.postgres.events import (
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, TableRef
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
-from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
 

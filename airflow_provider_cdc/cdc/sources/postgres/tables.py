@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef, find_column
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType
-from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef, find_column
 
 __all__ = ["Column", "TableInfo", "TableRef", "pg_identifier", "quote_ident"]
 
@@ -72,3 +72,8 @@ def pg_identifier(ref: TableRef):  # -> psycopg.sql.Identifier
     from psycopg import sql
 
     return sql.Identifier(ref.schema, ref.name)
+
+
+def sql_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier, for the statements a message tells an administrator to run."""
+    return '"' + name.replace('"', '""') + '"'

@@ -35,12 +35,26 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
-if TYPE_CHECKING:
-    from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+
+class TlsTarget(Protocol):
+    """What the TLS rules read of a connection: :class:`.connection.PgConnectionInfo` is one (the
+    connection module builds on these rules, so they name its fields, not its class)."""
+
+    host: str
+    port: int
+    dbname: str
+    user: str
+    options: tuple[tuple[str, str], ...]
+    resolved_sslmode: str | None
+
+    def conninfo(self, *, replication: bool = False) -> str: ...
+
+    def describe(self) -> str: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +107,7 @@ _settled_lock = threading.Lock()
 C = TypeVar("C")
 
 
-def explicit_sslmode(info: PgConnectionInfo) -> tuple[str | None, str]:
+def explicit_sslmode(info: TlsTarget) -> tuple[str | None, str]:
     """(the sslmode the connection asks for, where it was set); None: the product's default."""
     mode = dict(info.options).get("sslmode")
     if mode:
@@ -102,7 +116,7 @@ def explicit_sslmode(info: PgConnectionInfo) -> tuple[str | None, str]:
     return (mode, "by PGSSLMODE") if mode else (None, "")
 
 
-def effective_sslmode(info: PgConnectionInfo) -> str:
+def effective_sslmode(info: TlsTarget) -> str:
     """The sslmode a connection with ``info`` is opened with."""
     mode = dict(info.options).get("sslmode") or info.resolved_sslmode or explicit_sslmode(info)[0]
     return mode or DEFAULT_SSLMODE
@@ -113,7 +127,7 @@ def check_sslmode(mode: str) -> None:
         raise CdcConfigurationError(f"unknown sslmode {mode!r}; libpq's modes are {', '.join(SSLMODES)}")
 
 
-def tls_params(info: PgConnectionInfo) -> dict[str, str]:
+def tls_params(info: TlsTarget) -> dict[str, str]:
     """The ``sslmode`` (and default ``sslrootcert``) to add to the connection string."""
     mode = effective_sslmode(info)
     params = {"sslmode": mode}
@@ -157,8 +171,8 @@ def _is_local_host(host: str) -> bool:
 
 
 def open_connection(
-    info: PgConnectionInfo,
-    attempt: Callable[[PgConnectionInfo], C],
+    info: TlsTarget,
+    attempt: Callable[[TlsTarget], C],
     ssl_in_use: Callable[[C], bool],
 ) -> C:
     """``attempt(info)`` (it opens a connection with ``info.conninfo()``, raising an error whose
@@ -216,7 +230,7 @@ def open_connection(
     return conn
 
 
-def resolve(info: PgConnectionInfo, connect: Callable[[PgConnectionInfo], Any]) -> PgConnectionInfo:
+def resolve(info: TlsTarget, connect: Callable[[TlsTarget], Any]) -> TlsTarget:
     """``info`` with :attr:`~PgConnectionInfo.resolved_sslmode` set: the mode this process
     settled on, connecting once (``connect(info)``, closed at once) if it has not yet."""
     if info.resolved_sslmode is not None:
@@ -234,7 +248,7 @@ def forget() -> None:
         _settled.clear()
 
 
-def verification_error(info: PgConnectionInfo, message: str) -> CdcConfigurationError | None:
+def verification_error(info: TlsTarget, message: str) -> CdcConfigurationError | None:
     """The error to raise for libpq's ``message`` if it says the server's certificate could not
     be verified (retrying cannot help; falling back to clear text must not)."""
     if not any(sign in message for sign in _UNVERIFIED):
@@ -252,7 +266,7 @@ def verification_error(info: PgConnectionInfo, message: str) -> CdcConfiguration
     )
 
 
-def _verified(info: PgConnectionInfo, attempt: Callable[[PgConnectionInfo], C]) -> C:
+def _verified(info: TlsTarget, attempt: Callable[[TlsTarget], C]) -> C:
     try:
         return attempt(info)
     except Exception as exc:
@@ -268,7 +282,7 @@ def _libpq_message(exc: BaseException) -> str:
     return text.rsplit(marker, 1)[1] if marker in text else text
 
 
-def _report_explicit(info: PgConnectionInfo, mode: str, where: str, encrypted: bool) -> None:
+def _report_explicit(info: TlsTarget, mode: str, where: str, encrypted: bool) -> None:
     if mode == "verify-full":
         return
     level = logging.INFO if is_local(info.host) else logging.WARNING
@@ -294,10 +308,10 @@ def _report_explicit(info: PgConnectionInfo, mode: str, where: str, encrypted: b
     )
 
 
-def _settle(info: PgConnectionInfo, mode: str) -> None:
+def _settle(info: TlsTarget, mode: str) -> None:
     with _settled_lock:
         _settled[_key(info)] = mode
 
 
-def _key(info: PgConnectionInfo) -> tuple:
+def _key(info: TlsTarget) -> tuple:
     return (info.host, info.port, info.dbname, info.user, info.options, os.environ.get("PGSSLMODE"))

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
-from airflow_provider_cdc.cdc.sources.postgres import values as pgv
-from airflow_provider_cdc.cdc.value_modes import (  # re-exported: PostgreSQL code imports them from here
+from airflow_provider_cdc.cdc.events.value_modes import (  # re-exported: PostgreSQL code imports them from here
     BINARY_MODES,
     DECIMAL_MODES,
     DEFAULT_PLACEHOLDER,
@@ -35,6 +34,8 @@ from airflow_provider_cdc.cdc.value_modes import (  # re-exported: PostgreSQL co
     ValueConversionError,
     ValueModes,
 )
+from airflow_provider_cdc.cdc.sources.postgres import binary_values as bv
+from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 
 __all__ = [
     "BINARY_MODES",
@@ -112,6 +113,18 @@ class PgType:
         if scale & 0x400:  # PostgreSQL 15+ allows negative scales (11-bit two's complement)
             scale -= 0x800
         return (packed >> 16) & 0xFFFF, scale
+
+
+def numeric_at_scale(text: str, pg_type: PgType) -> str:
+    """``text`` with as many fraction digits as a ``numeric(p, s)`` column prints (``s``): YugabyteDB
+    stores numerics normalized, so both its walsender and its CDC service may drop trailing zeros.
+    Never rounds: a value with more digits is left as it is."""
+    precision_scale = pg_type.numeric_precision_scale()
+    if precision_scale is None or precision_scale[1] <= 0 or not re.fullmatch(r"-?\d+(\.\d+)?", text):
+        return text
+    scale = precision_scale[1]
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(scale, '0')}" if len(fraction) < scale else text
 
 
 #: Converter from a string array to the codec's Arrow type.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres import stream
 from airflow_provider_cdc.cdc.sources.postgres.columnar import binary_buffers
 from airflow_provider_cdc.cdc.sources.postgres.decoder import pg_timestamp_to_unix_us

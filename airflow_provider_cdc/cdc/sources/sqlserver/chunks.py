@@ -27,16 +27,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.chunks import ChunkPlan, ChunkRead
-from airflow_provider_cdc.cdc.envelope import EventLayout
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.event_settings import EventContext, read_event_ts_ms
-from airflow_provider_cdc.cdc.incremental import StagedChunk
-from airflow_provider_cdc.cdc.row_filter import render
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, quote
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES, TableRef
+from airflow_provider_cdc.cdc.events.envelope import EventLayout
+from airflow_provider_cdc.cdc.events.settings import EventContext, read_event_ts_ms
+from airflow_provider_cdc.cdc.planning.incremental import StagedChunk
+from airflow_provider_cdc.cdc.planning.row_filter import render
+from airflow_provider_cdc.cdc.reading.chunks import ChunkPlan, ChunkRead
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import SOURCE_BLOCK, source_block
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES, TableRef
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn
 
 _FETCH_ROWS = 10_000
 _POLL_SECONDS = 0.5

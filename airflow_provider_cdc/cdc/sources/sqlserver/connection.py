@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcTransientError
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -320,3 +321,25 @@ def error_message(exc: BaseException) -> str:
     text = str(args[1]) if len(args) > 1 else str(exc)
     text = re.sub(r"^(\[[^\]]*\])+\s*", "", text.strip())
     return " ".join(text.split()) or type(exc).__name__
+
+
+def quote(name: str) -> str:
+    return SQLSERVER_NAMES.quote(name)
+
+
+def rows(conn: Any, statement: str, *params: Any) -> list[tuple]:
+    cursor = conn.cursor()
+    try:
+        cursor.execute(statement, *params)
+        return [tuple(r) for r in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
+def value(conn: Any, statement: str, *params: Any) -> Any:
+    found = rows(conn, statement, *params)
+    return found[0][0] if found else None
+
+
+#: The database user the capture login maps to (the grantee of the grants the checks name).
+USER_SQL = "SELECT USER_NAME()"

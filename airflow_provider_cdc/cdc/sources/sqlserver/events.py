@@ -16,18 +16,19 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.column_plan import ColumnPlan
-from airflow_provider_cdc.cdc.envelope import (
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES
+from airflow_provider_cdc.cdc.events.column_plan import ColumnPlan
+from airflow_provider_cdc.cdc.events.envelope import (
     SOURCE_COMMON_FIELDS,
     TRANSACTION_BLOCK,
     TRUNCATE_FLAGS,
     UNCHANGED_LIST,
 )
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings, read_event_ts_ms
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo, quote
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings, read_event_ts_ms
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import lsn_texts
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import Codec, codec_for, text_codec
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
 
 CONNECTOR = "sqlserver"
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import error_number, server_said
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn

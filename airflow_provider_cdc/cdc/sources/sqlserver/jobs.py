@@ -8,17 +8,17 @@ import os
 import time
 from typing import Any
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.event_settings import EventContext
-from airflow_provider_cdc.cdc.incremental_run import IncrementalRun, drop_emitted_chunks
-from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES
+from airflow_provider_cdc.cdc.events.settings import EventContext
+from airflow_provider_cdc.cdc.reading.incremental_run import IncrementalRun, drop_emitted_chunks
+from airflow_provider_cdc.cdc.reading.snapshot_tasks import write_partitions
+from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
-from airflow_provider_cdc.cdc.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SignalTable,
     SqlServerChunkPositions,
@@ -38,7 +38,7 @@ from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
     merged_changes,
     readable,
 )
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import TableInfo
 
 log = logging.getLogger(__name__)
 

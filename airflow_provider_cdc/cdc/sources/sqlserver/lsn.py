@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from airflow_provider_cdc.cdc.errors import InvalidLsnError
-from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.basics.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.basics.positions import Position
 
 if TYPE_CHECKING:  # numpy and pyarrow load where events are built, not when a DAG file is parsed
     import pyarrow as pa

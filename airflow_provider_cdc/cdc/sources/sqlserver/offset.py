@@ -9,7 +9,7 @@ SQL Server has no server-side reader to pin, so there is no slot.
 
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 
 CONNECTOR = "sqlserver"

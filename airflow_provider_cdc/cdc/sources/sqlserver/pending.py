@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
 
 

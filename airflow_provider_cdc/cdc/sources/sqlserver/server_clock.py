@@ -29,12 +29,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 
 
 def rows(conn: Any, statement: str, *params: Any) -> list[tuple]:
     # admin (types: numpy, pyarrow) loads on first query: zone_of runs when a DAG file is parsed
-    from airflow_provider_cdc.cdc.sources.sqlserver.admin import rows as admin_rows
+    from airflow_provider_cdc.cdc.sources.sqlserver.connection import rows as admin_rows
 
     return admin_rows(conn, statement, *params)
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.sqlserver import admin
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import TableInfo, quote
-from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo, connect
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo, connect, quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder, read_events, source_block
-from airflow_provider_cdc.cdc.tables import SQLSERVER_NAMES
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import TableInfo
 
 FETCH_ROWS = 10_000
 _INTEGER_KEYS = ("tinyint", "smallint", "int", "bigint")

@@ -10,14 +10,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.event_settings import EventSettings
-from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.incremental import IncrementalState
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.settings import EventSettings
+from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
+from airflow_provider_cdc.cdc.planning.incremental import IncrementalState
+from airflow_provider_cdc.cdc.planning.spec import (
+    CaptureOptions,
+    SparkOptions,
+    check_common,
+    common_from_json,
+    common_to_dict,
+)
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo
-from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, check_common, common_from_json, common_to_dict
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 #: How change rows are read: Debezium's ``data.query.mode``.
 DATA_QUERY_MODES = ("function", "direct")

@@ -39,22 +39,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc.envelope import Op, transaction_batch, transaction_rows
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
-from airflow_provider_cdc.cdc.naming import table_topic
-from airflow_provider_cdc.cdc.progress import StreamStats
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import table_topic
+from airflow_provider_cdc.cdc.basics.progress import StreamStats
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.envelope import Op, transaction_batch, transaction_rows
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, TableInfo, quote
+from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
     SOURCE_BLOCK,
     StreamEventBuffer,
     TableEncoder,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import CaptureInstance, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import MAX
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 log = logging.getLogger(__name__)
 

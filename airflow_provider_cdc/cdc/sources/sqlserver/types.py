@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.cdc.value_modes import MAX_DECIMAL_PRECISION, ValueConversionError, ValueModes
+from airflow_provider_cdc.cdc.events.value_modes import MAX_DECIMAL_PRECISION, ValueConversionError, ValueModes
 
 __all__ = [
     "CATALOG_SQL",

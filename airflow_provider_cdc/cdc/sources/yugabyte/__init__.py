@@ -4,3 +4,5 @@ Constants a capture validates when a DAG file is parsed live here, where importi
 nothing heavy (the source's modules need pyarrow, numpy and psycopg)."""
 
 LSN_TYPES = ("HYBRID_TIME", "SEQUENCE")
+#: The output plugin of every slot this source makes (pgoutput cannot stream REPLICA IDENTITY CHANGE).
+PLUGIN = "yboutput"

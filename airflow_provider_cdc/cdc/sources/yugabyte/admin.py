@@ -15,27 +15,26 @@ leans on it (docs/yugabytedb.md, "What YugabyteDB does not have"):
   (:func:`take_capture_lock`);
 - no exported snapshot: a snapshot reads at the slot's consistent hybrid time
   (``SET LOCAL yb_read_time``, :func:`enter_read_time`).
+
+The fence row lives in :mod:`.fence` and the stream errors' classification in
+:mod:`.stream_errors`; both are also at this path, where the captures call them.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import (
-    CdcConfigurationError,
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcTransientError,
     ConcurrentCaptureError,
     DecodingError,
-    PublicationError,
     SlotConfigurationError,
     SlotMissingError,
-    WalLostError,
 )
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
@@ -43,16 +42,39 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, dec
 from airflow_provider_cdc.cdc.sources.postgres.replication import (
     Keepalive,
     ReplicationConnection,
-    StreamErrorResponse,
     XLogData,
 )
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo, TableRef, pg_identifier, quote_ident
 from airflow_provider_cdc.cdc.sources.yugabyte import LSN_TYPES  # noqa: F401 (re-exported)
+from airflow_provider_cdc.cdc.sources.yugabyte import PLUGIN as PLUGIN
+from airflow_provider_cdc.cdc.sources.yugabyte.fence import (
+    ensure_heartbeat_table as ensure_heartbeat_table,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.fence import (
+    find_fence as find_fence,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.fence import (
+    heartbeat_table_sql as heartbeat_table_sql,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.fence import (
+    table_exists as table_exists,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.fence import (
+    write_fence as write_fence,
+)
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_text, ht_to_unix_us
+from airflow_provider_cdc.cdc.sources.yugabyte.stream_errors import (
+    classified_stream_errors as classified_stream_errors,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.stream_errors import (
+    in_stream_error as in_stream_error,
+)
+from airflow_provider_cdc.cdc.sources.yugabyte.stream_errors import (
+    stream_error as stream_error,
+)
 
 log = logging.getLogger(__name__)
 
-PLUGIN = "yboutput"
 MAX_POSITION = (1 << 64) - 1
 
 SLOT_STATUS_SQL = """
@@ -320,115 +342,6 @@ def check_server(info: pg_admin.ServerInfo) -> list[str]:
     return problems
 
 
-# -- the window's fence ----------------------------------------------------------------------------
-
-
-def heartbeat_table_sql(ref: TableRef) -> str:
-    return (
-        f"CREATE TABLE IF NOT EXISTS {pg_identifier(ref).as_string(None)} "
-        "(capture text PRIMARY KEY, window_id text NOT NULL, written_at timestamptz NOT NULL DEFAULT now())"
-    )
-
-
-def ensure_heartbeat_table(conn: Any, ref: TableRef) -> None:
-    """Create the heartbeat table unless it exists. An administrator may have created (and
-    published) it: the capture role then needs SELECT, INSERT and UPDATE on it and no CREATE on its
-    schema, which ``CREATE TABLE IF NOT EXISTS`` would check even for an existing table."""
-    if not table_exists(conn, ref):
-        conn.execute(heartbeat_table_sql(ref))
-
-
-def table_exists(conn: Any, ref: TableRef) -> bool:
-    """Whether ``ref`` exists, from the catalog (no privilege on its schema needed to ask)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s",
-            (ref.schema, ref.name),
-        ).fetchone()
-        is not None
-    )
-
-
-def write_fence(conn: Any, ref: TableRef, capture: str, window_id: str) -> None:
-    """Commit one row to the heartbeat table after the window's end was read: its commit comes later,
-    so the window's reader sees a commit past the end and stops (the walsender never says it has
-    caught up). The heartbeat table is published but not captured: its rows are never events."""
-    import psycopg
-    from psycopg import sql
-
-    statement = sql.SQL(
-        "INSERT INTO {} (capture, window_id, written_at) VALUES (%s, %s, now()) "
-        "ON CONFLICT (capture) DO UPDATE SET window_id = EXCLUDED.window_id, written_at = EXCLUDED.written_at"
-    ).format(pg_identifier(ref))
-    try:
-        with conn.transaction():
-            conn.execute(statement, (capture, window_id))
-    except psycopg.OperationalError:
-        raise
-    except psycopg.Error as exc:
-        raise CdcConfigurationError(
-            f"cannot write the window's fence row into heartbeat table {ref}: {str(exc).strip()}. Run the setup "
-            f"task (it creates the table and publishes it), or GRANT SELECT, INSERT, UPDATE ON {ref} to the capture "
-            "role (the upsert reads its key)"
-        ) from None
-
-
-def find_fence(
-    info: PgConnectionInfo,
-    slot: str,
-    publication: str,
-    start: int,
-    heartbeat: TableRef,
-    window_id: str,
-    *,
-    timeout: float = 120.0,
-) -> int:
-    """The commit LSN of the transaction that wrote ``window_id``'s fence row: where a window of a
-    ``SEQUENCE`` slot ends (its LSNs are counters, so the end is found by reading up to the fence,
-    headers and the heartbeat table's rows only)."""
-    from airflow_provider_cdc.cdc.sources.postgres.decoder import Insert, Relation, Update
-
-    fence_oid: int | None = None
-    window_column: int | None = None
-    begin: int | None = None
-    deadline = time.monotonic() + timeout
-    wanted = window_id.encode()
-    with ReplicationConnection(info) as replication, classified_stream_errors(slot):
-        replication.start_logical(slot, start, {"proto_version": "1", "publication_names": quote_ident(publication)})
-        for frame in replication.frames(idle_timeout=max(timeout, 1.0)):
-            if time.monotonic() > deadline:
-                break
-            if not isinstance(frame, XLogData) or not frame.payload:
-                continue
-            kind = frame.payload[:1]
-            if kind == b"B":
-                message = decode_message(frame.payload)
-                if not isinstance(message, Begin):
-                    raise DecodingError(f"a 'B' message decoded as {type(message).__name__}")
-                begin = message.final_lsn
-            elif kind == b"R":
-                relation = decode_message(frame.payload)
-                if not isinstance(relation, Relation):
-                    raise DecodingError(f"an 'R' message decoded as {type(relation).__name__}")
-                if (relation.namespace, relation.name) == (heartbeat.schema, heartbeat.name):
-                    fence_oid = relation.oid
-                    names = [c.name for c in relation.columns]
-                    window_column = names.index("window_id") if "window_id" in names else None
-            elif kind in (b"I", b"U") and fence_oid is not None and window_column is not None:
-                change = decode_message(frame.payload)
-                if not isinstance(change, (Insert, Update)):
-                    raise DecodingError(f"an {kind!r} message decoded as {type(change).__name__}")
-                if change.relation_oid == fence_oid and change.new[window_column] == wanted:
-                    if begin is None:
-                        raise DecodingError("a heartbeat change arrived before its transaction's Begin")
-                    return begin
-    raise CdcTransientError(
-        f"the fence row of window {window_id} did not arrive on slot {slot!r} within {timeout:.0f}s; "
-        "a retry plans the window again"
-    )
-
-
 # -- acknowledgement -------------------------------------------------------------------------------
 
 
@@ -488,53 +401,6 @@ def check_tables(conn: Any, tables: Sequence[TableInfo]) -> list[str]:
                 "(yb_cdcsdk_stream_tables_without_primary_key is off before v2026.1). Add a primary key"
             )
     return problems
-
-
-_EXPIRED_FOR_TABLET = re.compile(r"stream id \S+ is expired for tablet")
-
-
-def stream_error(slot: str, message: str) -> Exception:
-    """A START_REPLICATION failure in YugabyteDB's words, classified."""
-    lowered = message.lower()
-    if "publication" in lowered and "does not exist" in lowered:
-        return PublicationError(
-            f"replication slot {slot!r} cannot stream: {message}. Run the setup task (it creates the publication), "
-            "or create it as docs/yugabytedb.md shows"
-        )
-    if "is not supported for output plugin" in lowered:
-        return SlotConfigurationError(
-            f"replication slot {slot!r} cannot stream the publication's tables: {message}. Drop the slot and "
-            f"let the snapshot create it with plugin {PLUGIN!r}"
-        )
-    # YugabyteDB's CDC service: "Stream ID <id> is expired for Tablet ID <id>" (cdc_service.cc
-    # CheckStreamActive). Not any "expired": "Operation expired: Transaction … expired or aborted by a
-    # conflict" (40001) is an ordinary retryable conflict.
-    if _EXPIRED_FOR_TABLET.search(lowered):
-        return WalLostError(
-            f"replication slot {slot!r} expired: {message}. YugabyteDB drops a slot's changes when it is not "
-            "read for cdc_intent_retention_ms (8 h by default); run windows more often than that"
-        )
-    return CdcTransientError(f"START_REPLICATION on slot {slot!r} failed: {message}")
-
-
-def in_stream_error(slot: str, error: StreamErrorResponse) -> Exception:
-    """An ErrorResponse inside the stream, classified as :func:`stream_error` classifies a refused
-    START. YugabyteDB sends CopyBothResponse before it sets up the slot's virtual WAL
-    (``YBCInitVirtualWal``), so expiry, a missing publication or pgoutput with REPLICA IDENTITY
-    CHANGE arrive this way. Anything else stays transient (a lost connection)."""
-    if error.sqlstate == "40001":  # a serialization failure / conflict: retried, never terminal
-        return error
-    classified = stream_error(slot, error.server_message)
-    return error if isinstance(classified, CdcTransientError) else classified
-
-
-@contextmanager
-def classified_stream_errors(slot: str) -> Iterator[None]:
-    """Re-raise a stream's ErrorResponse as :func:`in_stream_error` classifies it."""
-    try:
-        yield
-    except StreamErrorResponse as exc:
-        raise in_stream_error(slot, exc) from None
 
 
 # -- the capture lock ------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcError, CdcStateError, OffsetMismatchError, SnapshotRequiredError
-from airflow_provider_cdc.cdc.jobs import SparkProvider, run_window
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcError, CdcStateError, OffsetMismatchError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import admin as pg_admin

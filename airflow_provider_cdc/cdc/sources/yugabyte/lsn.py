@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import ClassVar
 
-from airflow_provider_cdc.cdc.errors import InvalidLsnError
-from airflow_provider_cdc.cdc.positions import Position
+from airflow_provider_cdc.cdc.basics.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.basics.positions import Position
 from airflow_provider_cdc.cdc.sources.postgres.lsn import MAX_LSN, format_xy, parse_xy
 
 HT_LOGICAL_BITS = 12

@@ -8,7 +8,7 @@ universe (``IDENTIFY_SYSTEM``'s system identifier), the database and the slot.
 
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetFormat
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetFormat
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 
 CONNECTOR = "yugabytedb"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow_provider_cdc.cdc.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.admin import YbSlotStatus
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_from_datetime
 

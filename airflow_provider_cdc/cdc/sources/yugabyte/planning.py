@@ -20,10 +20,10 @@ slot expired                not read for ``intent_retention_ms`` (YugabyteDB's
 
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc import planning as core
-from airflow_provider_cdc.cdc.errors import OffsetMismatchError, WalLostError
-from airflow_provider_cdc.cdc.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning import StreamPlan
+from airflow_provider_cdc.cdc.basics.errors import OffsetMismatchError, WalLostError
+from airflow_provider_cdc.cdc.planning import plan as core
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.plan import StreamPlan
 from airflow_provider_cdc.cdc.sources.yugabyte.admin import YbSlotStatus
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset

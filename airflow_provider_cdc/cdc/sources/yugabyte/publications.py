@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import SnapshotRequiredError
-from airflow_provider_cdc.cdc.tables import TableRef
+from airflow_provider_cdc.cdc.basics.errors import SnapshotRequiredError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 
 #: ``offset.extra`` key: ``{"stream_id": <slot's yb_stream_id>, "published": [[schema, name], ...]}``
 SLOT_KEY = "yb_slot"

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_cdc.cdc.planning.spec import common_from_json
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 from airflow_provider_cdc.cdc.sources.postgres.spec import PostgresJobSpec
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
-from airflow_provider_cdc.cdc.spec import common_from_json
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, LogicalMessage, Truncate, decode_message
 from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import SlotMissingError
+from airflow_provider_cdc.cdc.basics.errors import SlotMissingError
+from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc import ids
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
@@ -33,7 +34,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import InvalidOffsetError
+from airflow_provider_cdc.cdc.basics.errors import InvalidOffsetError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)

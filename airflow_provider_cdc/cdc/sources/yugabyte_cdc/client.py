@@ -36,7 +36,7 @@ from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     CdcError,
     CdcTransientError,

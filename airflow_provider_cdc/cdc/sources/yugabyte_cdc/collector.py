@@ -27,8 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.cdc.envelope import SOURCE_COMMON_FIELDS
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.events.envelope import SOURCE_COMMON_FIELDS
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, Relation, RelationColumn
 from airflow_provider_cdc.cdc.sources.postgres.stream import FlushFn, StreamStats, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
@@ -43,7 +44,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
     relation_oid,
     row_image,
 )
-from airflow_provider_cdc.cdc.tables import TableRef
 
 CONNECTOR = "yugabytedb"
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import time
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, CdcTransientError
-from airflow_provider_cdc.cdc.jobs import SparkProvider, recorded_run, run_window
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError, CdcTransientError
+from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext

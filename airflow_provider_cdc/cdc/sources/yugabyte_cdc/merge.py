@@ -77,7 +77,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletPosition
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, Split, TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb

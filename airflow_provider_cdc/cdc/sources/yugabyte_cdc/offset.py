@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
+from airflow_provider_cdc.cdc.basics.errors import InvalidOffsetError
+from airflow_provider_cdc.cdc.planning.offset import OFFSET_FORMAT, CaptureOffset, OffsetFormat, OffsetIdentity
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import CommitHt
 

@@ -19,8 +19,8 @@ across tablets); it lives in the offset's tablet checkpoints (:mod:`.checkpoints
 
 from __future__ import annotations
 
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_to_unix_us, window_bound_after
-from airflow_provider_cdc.cdc.window import Window
 
 #: The position type of this source's windows and offsets (a commit hybrid time).
 CommitHt = YbLsn

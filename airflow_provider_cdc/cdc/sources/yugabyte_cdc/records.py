@@ -43,8 +43,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_provider_cdc.cdc.envelope import Op as EventOp
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.events.envelope import Op as EventOp
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
     ColumnValue,
@@ -58,7 +59,6 @@ from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.carried_types import stored_oid
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import column_value
-from airflow_provider_cdc.cdc.tables import TableRef
 
 Op = pb.RowMessage
 

@@ -67,9 +67,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_cdc.cdc import faults
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, CdcStateError, CdcTransientError, DecodingError
-from airflow_provider_cdc.cdc.jobs import SparkProvider
+from airflow_provider_cdc.cdc.basics import faults
+from airflow_provider_cdc.cdc.basics.errors import (
+    CdcConfigurationError,
+    CdcStateError,
+    CdcTransientError,
+    DecodingError,
+)
+from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef
+from airflow_provider_cdc.cdc.reading.window_job import SparkProvider
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import columnar
@@ -99,7 +105,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
     row_image,
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-from airflow_provider_cdc.cdc.tables import POSTGRES_NAMES, TableRef
 
 log = logging.getLogger(__name__)
 

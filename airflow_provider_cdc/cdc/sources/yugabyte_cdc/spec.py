@@ -1,6 +1,6 @@
 """The job spec of a CDC-service stream window: everything its job needs, as one JSON-able value.
 
-Common fields come from :mod:`cdc.spec`; the source's own are the cluster's master addresses,
+Common fields come from :mod:`cdc.planning.spec`; the source's own are the cluster's master addresses,
 the DB stream id, the database name (``source.db``), the window's start tablet positions (the
 offset's tablet checkpoints, :class:`~.checkpoints.TabletCheckpoints`), the previous window's last
 commit hybrid time (the first event's ``source.sequence``), the stream's record type when the
@@ -16,9 +16,18 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.gaps import CaptureGap
-from airflow_provider_cdc.cdc.incremental import IncrementalState
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
+from airflow_provider_cdc.cdc.planning.incremental import IncrementalState
+from airflow_provider_cdc.cdc.planning.spec import (
+    CaptureOptions,
+    SparkOptions,
+    check_common,
+    common_from_json,
+    common_to_dict,
+)
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
@@ -26,9 +35,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import CONNECTOR
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import DEFAULT_TLS, TlsOptions
-from airflow_provider_cdc.cdc.spec import CaptureOptions, SparkOptions, check_common, common_from_json, common_to_dict
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 
 @dataclass(frozen=True)

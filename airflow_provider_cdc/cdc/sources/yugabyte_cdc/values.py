@@ -44,10 +44,10 @@ import re
 
 import numpy as np
 
-from airflow_provider_cdc.cdc.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 from airflow_provider_cdc.cdc.sources.postgres.decoder import UNCHANGED_TOAST, ColumnValue
-from airflow_provider_cdc.cdc.sources.postgres.types import BYTEA, FLOAT4, INTERVAL, NUMERIC, PgType
+from airflow_provider_cdc.cdc.sources.postgres.types import BYTEA, FLOAT4, INTERVAL, NUMERIC, PgType, numeric_at_scale
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.carried_types import datum_type_not_sent, why_not_sent
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
@@ -138,17 +138,6 @@ def pg_float_text(value: float, *, single: bool = False) -> str:
 
 
 # -- numeric -------------------------------------------------------------------------------------
-
-
-def numeric_at_scale(text: str, pg_type: PgType) -> str:
-    """``text`` with as many fraction digits as a ``numeric(p, s)`` column prints (``s``): YB's
-    decimal may drop trailing zeros. Never rounds: a value with more digits is left as it is."""
-    precision_scale = pg_type.numeric_precision_scale()
-    if precision_scale is None or precision_scale[1] <= 0 or not re.fullmatch(r"-?\d+(\.\d+)?", text):
-        return text
-    scale = precision_scale[1]
-    whole, _, fraction = text.partition(".")
-    return f"{whole}.{fraction.ljust(scale, '0')}" if len(fraction) < scale else text
 
 
 # -- intervals -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.connection import (
     ALLOWED_OPTIONS,
     SECURITY_SETTINGS,

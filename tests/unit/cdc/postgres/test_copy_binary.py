@@ -83,7 +83,7 @@ def test_an_empty_chunk_frames():
 
 
 def test_text_values_must_be_utf8():
-    from airflow_provider_cdc.cdc.errors import DecodingError
+    from airflow_provider_cdc.cdc.basics.errors import DecodingError
 
     copy = framed([encode_row(["é".encode()]), encode_row([b"\xff"])], 1)
     with pytest.raises(DecodingError, match="not valid UTF-8"):
@@ -92,7 +92,7 @@ def test_text_values_must_be_utf8():
 
 
 def test_fixed_width_values_must_have_their_width():
-    from airflow_provider_cdc.cdc.errors import DecodingError
+    from airflow_provider_cdc.cdc.basics.errors import DecodingError
 
     column = framed([encode_row([b"\x00\x00\x00\x01"]), encode_row([b"\x00\x02"])], 1).column(0)
     with pytest.raises(DecodingError, match="2 bytes where 4 were expected"):

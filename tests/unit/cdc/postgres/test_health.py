@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres.health import HealthThresholds, assess
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from tests.unit.cdc.postgres.test_planning import slot
 
 MB = 1024 * 1024

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.lsn import MAX_LSN, Lsn
+from airflow_provider_cdc.cdc.basics.errors import InvalidOffsetError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.sources.postgres.lsn import MAX_LSN, Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
-from airflow_provider_cdc.cdc.window import Window
 
 IDENTITY = OffsetIdentity("shop", "7310000000000000001", "shopdb", "cdc_shop")
 lsns = st.integers(0, MAX_LSN).map(Lsn)

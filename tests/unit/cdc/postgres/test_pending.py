@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.pending import slot_readiness
+from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 
 def status(confirmed: int, current: int, wal_status: str = "reserved") -> SlotStatus:

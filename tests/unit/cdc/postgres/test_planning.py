@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import (
+from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     InvalidLsnError,
     OffsetMismatchError,
     SnapshotRequiredError,
     WalLostError,
 )
-from airflow_provider_cdc.cdc.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
-from airflow_provider_cdc.cdc.sources.postgres.admin import SlotStatus
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.planning import (
     decide_snapshot,
@@ -22,7 +22,7 @@ from airflow_provider_cdc.cdc.sources.postgres.planning import (
     plan_stream_window,
     reconcile,
 )
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.sources.postgres.slots import SlotStatus
 
 ID = OffsetIdentity("shop", "42", "db", "slot")
 
@@ -109,7 +109,7 @@ class TestReconcile:
     def test_a_lost_or_reset_offset_is_restored_from_the_entrys_checkpoint(self):
         from dataclasses import replace
 
-        from airflow_provider_cdc.cdc.runs import record_run
+        from airflow_provider_cdc.cdc.planning.runs import record_run
         from airflow_provider_cdc.cdc.sources.postgres.incremental import IncrementalState
         from airflow_provider_cdc.cdc.sources.postgres.planning import checkpoint
 

@@ -11,7 +11,7 @@ import json
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres import tls
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.postgres import types as t
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 from airflow_provider_cdc.cdc.sources.postgres.types import (

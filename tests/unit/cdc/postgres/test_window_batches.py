@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcError, DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
+from airflow_provider_cdc.cdc.basics.errors import CdcError, DecodingError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.postgres import columnar, stream
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
@@ -40,7 +41,6 @@ from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, Wind
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, TableRef
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType
 from airflow_provider_cdc.cdc.sources.postgres.window_batches import BatchWindowCollector
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.pgoutput import encode
 
 INT4, TEXT = PgType(23, -1, "integer", "int4"), PgType(25, -1, "text", "text")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.lsn import Lsn
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows, read_topic_arrow
 from airflow_provider_cdc.cdc.sinks.storage import LocalStorage
-from airflow_provider_cdc.cdc.window import Window
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 
 TOPIC = Topic.for_table("p", "public", "t")
 

@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 deltalake = pytest.importorskip("deltalake")
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError  # noqa: E402
-from airflow_provider_cdc.cdc.naming import Topic  # noqa: E402
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError  # noqa: E402
+from airflow_provider_cdc.cdc.basics.naming import Topic  # noqa: E402
+from airflow_provider_cdc.cdc.basics.window import window_id_for  # noqa: E402
 from airflow_provider_cdc.cdc.sinks.delta import DeltaTables, time_travel_version  # noqa: E402
-from airflow_provider_cdc.cdc.sinks.formats import WindowTag, table_format  # noqa: E402
-from airflow_provider_cdc.cdc.window import window_id_for  # noqa: E402
+from airflow_provider_cdc.cdc.sinks.formats import WindowTag  # noqa: E402
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format  # noqa: E402
 
 PREFIX = "shop"
 TOPIC = Topic.for_table(PREFIX, "public", "orders")
@@ -365,7 +366,7 @@ def test_stats_json_is_valid_for_every_added_file(tmp_path, tables):
 def test_a_data_file_forged_into_the_delta_log_outside_the_table_is_refused(tmp_path):
     """A sink writer appends a ``_delta_log`` commit whose ``add.path`` climbs out of the table: the
     next window's commit read that file and wrote a conformed copy beside it, outside the sink."""
-    from airflow_provider_cdc.cdc.errors import CdcStateError
+    from airflow_provider_cdc.cdc.basics.errors import CdcStateError
 
     sink, outside = tmp_path / "lake", tmp_path / "outside"
     sink.mkdir()

@@ -15,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.envelope import TRANSACTION_BLOCK, TRUNCATE_FLAGS, UNCHANGED_LIST
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.naming import Topic
-from airflow_provider_cdc.cdc.sinks.formats import TableCommit, WindowTag, table_format
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.window import window_id_for
+from airflow_provider_cdc.cdc.events.envelope import TRANSACTION_BLOCK, TRUNCATE_FLAGS, UNCHANGED_LIST
+from airflow_provider_cdc.cdc.sinks.formats import TableCommit, WindowTag
 from airflow_provider_cdc.cdc.sinks.iceberg import CONFORMED_SUFFIX, IcebergTables
-from airflow_provider_cdc.cdc.window import window_id_for
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 
 PREFIX = "shop"
 ORDERS = Topic.for_table(PREFIX, "public", "orders")

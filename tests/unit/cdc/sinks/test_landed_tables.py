@@ -8,12 +8,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcStateError
-from airflow_provider_cdc.cdc.naming import Topic
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError
+from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.window import Window, window_id_for
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, DatasetCommit
-from airflow_provider_cdc.cdc.sinks.formats import WindowTag, table_format
+from airflow_provider_cdc.cdc.sinks.formats import WindowTag
+from airflow_provider_cdc.cdc.sinks.lake_tables import table_format
 from airflow_provider_cdc.cdc.sinks.reader import check_landed_tables
-from airflow_provider_cdc.cdc.window import Window, window_id_for
 
 TOPIC = Topic.for_table("p", "public", "orders")
 

@@ -41,7 +41,7 @@ def test_reading_landed_windows_imports_neither_pyarrow_dataset_nor_pandas(tmp_p
     topic = _landed(tmp_path)
     code = f"""
 import json, sys
-from airflow_provider_cdc.cdc.state_arrow import read_parquet_arrow
+from airflow_provider_cdc.cdc.state.arrow import read_parquet_arrow
 rows = read_parquet_arrow([{str(topic)!r}])  # as a state refresh reads its windows
 print(json.dumps({{"ids": sorted(rows.column("id").to_pylist()),
                   "loaded": sorted(m for m in ("pyarrow.dataset", "pandas") if m in sys.modules)}}))

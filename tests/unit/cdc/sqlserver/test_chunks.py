@@ -12,11 +12,11 @@ import sqlglot
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.chunks import ChunkKeyWatch, ChunkPlan, surviving_rows
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.event_settings import EventContext
-from airflow_provider_cdc.cdc.incremental import StagedChunk, TableProgress
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import SqlColumn, TableInfo
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.events.settings import EventContext
+from airflow_provider_cdc.cdc.planning.incremental import StagedChunk, TableProgress
+from airflow_provider_cdc.cdc.reading.chunks import ChunkKeyWatch, ChunkPlan, surviving_rows
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SqlServerChunkPositions,
     _bound,
@@ -26,8 +26,8 @@ from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.events import SOURCE_BLOCK
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import SqlServerType
-from airflow_provider_cdc.cdc.tables import TableRef
 
 REF = TableRef("dbo", "orders")
 

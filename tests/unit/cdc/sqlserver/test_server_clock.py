@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.sources.sqlserver.server_clock import (
     JITTER,
     CommitClock,

@@ -18,16 +18,16 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.columns import ColumnRules, MaskRule
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
-from airflow_provider_cdc.cdc.naming import table_topic
-from airflow_provider_cdc.cdc.sources.sqlserver.admin import CaptureInstance, SqlColumn, TableInfo
+from airflow_provider_cdc.cdc.basics.naming import table_topic
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.columns import ColumnRules, MaskRule
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder, source_block
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import MAX_SQLSERVER_LSN, SqlServerLsn, lsn_texts
 from airflow_provider_cdc.cdc.sources.sqlserver.stream import WindowReader
+from airflow_provider_cdc.cdc.sources.sqlserver.tables import CaptureInstance, SqlColumn, TableInfo
 from airflow_provider_cdc.cdc.sources.sqlserver.types import SqlServerType
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 CONTEXT = EventContext(topic_prefix="shop", database="shopdb", window_id="w-7", ts_ms=1_700_000_000_000)
 SETTINGS = EventSettings(columns=ColumnRules(masks=(MaskRule(r"dbo\.orders\.note", "mask", 3),)))

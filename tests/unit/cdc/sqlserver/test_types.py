@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_cdc.cdc.events.value_modes import TIME_PRECISION_MODES, ValueModes
 from airflow_provider_cdc.cdc.sources.sqlserver.types import (
     CATALOG_SQL,
     MAPPED_TYPES,
@@ -29,7 +30,6 @@ from airflow_provider_cdc.cdc.sources.sqlserver.types import (
     codec_for,
     text_codec,
 )
-from airflow_provider_cdc.cdc.value_modes import TIME_PRECISION_MODES, ValueModes
 
 SPARK = ValueModes()
 ADAPTIVE = ValueModes(time_precision="adaptive")

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError, OffsetMismatchError, WalLostError
-from airflow_provider_cdc.cdc.offset import OffsetIdentity
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, OffsetMismatchError, WalLostError
+from airflow_provider_cdc.cdc.planning.offset import OffsetIdentity
 from airflow_provider_cdc.cdc.sources.yugabyte.admin import YbSlotStatus
 from airflow_provider_cdc.cdc.sources.yugabyte.health import assess_expiry
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime, ht_from_unix_us
@@ -230,7 +230,7 @@ def test_a_slot_no_window_read_within_the_not_of_interest_timeout_has_lost_its_t
 def test_only_the_cdc_services_expiry_inside_a_stream_is_a_lost_slot(sqlstate, text, terminal):
     """YugabyteDB's expiry text is "Stream ID … is expired for Tablet ID …" (cdc_service.cc
     CheckStreamActive); other errors that say "expired" (a conflict, 40001; a timeout) stay transient."""
-    from airflow_provider_cdc.cdc.errors import CdcTransientError
+    from airflow_provider_cdc.cdc.basics.errors import CdcTransientError
     from airflow_provider_cdc.cdc.sources.postgres.replication import StreamErrorResponse
     from airflow_provider_cdc.cdc.sources.yugabyte.admin import in_stream_error
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import InvalidLsnError
-from airflow_provider_cdc.cdc.positions import position_class
+from airflow_provider_cdc.cdc.basics.errors import InvalidLsnError
+from airflow_provider_cdc.cdc.basics.positions import position_class
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import (
     MAX_HT,
@@ -23,7 +24,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte.lsn import (
     ht_to_unix_us,
     yb_lsn_or_none,
 )
-from airflow_provider_cdc.cdc.window import Window
 
 u64 = st.integers(0, MAX_HT)
 # µs whose datetime stays within Python's range (year 9999 is far beyond any HT of 52 bits)

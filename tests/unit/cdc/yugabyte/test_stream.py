@@ -14,8 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.settings import EventContext
+from airflow_provider_cdc.cdc.events.value_modes import DEFAULT_PLACEHOLDER
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
     Begin,
@@ -35,8 +37,6 @@ from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, 
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_unix_us
 from airflow_provider_cdc.cdc.sources.yugabyte.stream import YbWindowCollector, window_bound_after
-from airflow_provider_cdc.cdc.value_modes import DEFAULT_PLACEHOLDER
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.pgoutput import encode
 
 OID = 16384
@@ -354,7 +354,7 @@ STATEMENTS_DEFAULT = (
 
 
 def test_folding_change_events_equals_folding_full_rows(spark, tmp_path):
-    from airflow_provider_cdc.cdc.state import fold
+    from airflow_provider_cdc.cdc.state.spark_fold import fold
 
     states = {}
     for replident, statements in (("c", STATEMENTS_CHANGE), ("d", STATEMENTS_DEFAULT)):
@@ -375,8 +375,8 @@ def test_char_and_numeric_text_match_the_snapshots():
     # YB's walsender rebuilds datums with typmod -1 (ybc_pggate.cc, YBCPgGetCDCConsistentChanges):
     # char(n) arrives right-trimmed (DocDB stores it so) and numeric without trailing fraction
     # zeros. The snapshot, a YSQL scan, prints both at the column's typmod: the events must agree.
-    from airflow_provider_cdc.cdc.event_settings import EventSettings
-    from airflow_provider_cdc.cdc.value_modes import ValueModes
+    from airflow_provider_cdc.cdc.events.settings import EventSettings
+    from airflow_provider_cdc.cdc.events.value_modes import ValueModes
 
     code = PgType(1042, 7, "character(3)", "bpchar")  # typmod = n + 4
     amount = PgType(1700, (14 << 16 | 4) + 4, "numeric(14,4)", "numeric")

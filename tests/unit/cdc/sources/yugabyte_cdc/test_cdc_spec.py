@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
@@ -16,8 +18,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 
 def spec(**kw) -> YbCdcJobSpec:

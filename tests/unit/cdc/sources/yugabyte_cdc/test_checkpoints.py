@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import InvalidOffsetError
-from airflow_provider_cdc.cdc.planning import offset_after_commit, restore_from_log
+from airflow_provider_cdc.cdc.basics.errors import InvalidOffsetError
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.plan import offset_after_commit, restore_from_log
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
@@ -22,7 +23,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import OffsetIdentity, YbCdcOffset, source_state
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import commit_range, commit_ts_ms
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.window import Window
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 checkpoints = st.builds(

@@ -12,8 +12,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.settings import EventContext
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
     Begin,
@@ -34,8 +36,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BL
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 from tests.support.pgoutput import encode
 
 Op = pb.RowMessage

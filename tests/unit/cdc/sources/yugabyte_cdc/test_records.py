@@ -17,8 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
+from airflow_provider_cdc.cdc.basics.errors import DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
+from airflow_provider_cdc.cdc.events.value_modes import ValueModes
 from airflow_provider_cdc.cdc.sources.postgres import values as pgv
 from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     UNCHANGED_TOAST,
@@ -44,8 +46,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.values import (
     numeric_at_scale,
     pg_float_text,
 )
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.value_modes import ValueModes
 
 Op = pb.RowMessage
 U = UNCHANGED_TOAST

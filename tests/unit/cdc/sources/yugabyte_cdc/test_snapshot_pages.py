@@ -8,8 +8,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, CdcTransientError, DecodingError
-from airflow_provider_cdc.cdc.event_settings import EventContext, EventSettings
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, CdcTransientError, DecodingError
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletPosition
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BLOCK, YbCdcWindowCollector
@@ -28,8 +30,6 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot import (
     snapshot_pages,
     streaming_start,
 )
-from airflow_provider_cdc.cdc.tables import TableRef
-from airflow_provider_cdc.cdc.window import Window
 
 Op = pb.RowMessage
 TABLE_ID = "000033e8000030008000000000004000"  # a YSQL table id: table OID 0x4000

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.cdc.errors import CdcStateError, DecodingError
+from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
     TabletCheckpoints,
