@@ -25,22 +25,27 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_cdc.cdc.events.columns import ColumnRules
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.events.settings import EventSettings
-from airflow_provider_cdc.cdc.planning.incremental import validate_run_conf_signals
 from airflow_provider_cdc.cdc.basics.naming import validate_topic_prefix
-from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning.plan import streams, validate_snapshot_mode
 from airflow_provider_cdc.cdc.basics.positions import Position
 from airflow_provider_cdc.cdc.basics.problems import Problems
 from airflow_provider_cdc.cdc.basics.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.tables import NameRules, TableRef
+from airflow_provider_cdc.cdc.events.columns import ColumnRules
+from airflow_provider_cdc.cdc.events.settings import EventSettings
+from airflow_provider_cdc.cdc.events.value_modes import ValueModes
+from airflow_provider_cdc.cdc.planning.incremental import validate_run_conf_signals
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.plan import streams, validate_snapshot_mode
+from airflow_provider_cdc.cdc.planning.spec import (
+    DEFAULT_SPARK_MASTER,
+    CaptureOptions,
+    SparkOptions,
+    validate_watermarks,
+)
 from airflow_provider_cdc.cdc.sinks.formats import check_table_names, check_table_sink
 from airflow_provider_cdc.cdc.sinks.object_store import ObjectStoreAccess
 from airflow_provider_cdc.cdc.sinks.path_checks import check_path_setting
-from airflow_provider_cdc.cdc.planning.spec import DEFAULT_SPARK_MASTER, CaptureOptions, SparkOptions, validate_watermarks
-from airflow_provider_cdc.cdc.basics.tables import NameRules, TableRef
-from airflow_provider_cdc.cdc.events.value_modes import ValueModes
 from airflow_provider_cdc.offsets.base import OffsetStore, peek_offset
 
 if TYPE_CHECKING:

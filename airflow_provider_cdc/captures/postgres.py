@@ -20,17 +20,17 @@ from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.captures.source_run import SourceRun, common_spec_fields
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, PublicationError
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.events.settings import EventSettings
+from airflow_provider_cdc.cdc.events.value_modes import DEFAULT_PLACEHOLDER, ValueModes
 from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
-from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef
-from airflow_provider_cdc.cdc.events.value_modes import DEFAULT_PLACEHOLDER, ValueModes
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.offsets.base import OffsetStore
 
 if TYPE_CHECKING:

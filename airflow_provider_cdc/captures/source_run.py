@@ -12,12 +12,12 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
-from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
-from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan
 from airflow_provider_cdc.cdc.basics.positions import Position
 from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
+from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
+from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan
 
 
 class SourceRun(ABC):

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.captures.source_run import SourceRun, common_spec_fields
-from airflow_provider_cdc.cdc.planning import plan as core
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES, TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning import plan as core
 from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan
-from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import check_driver_name
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.offset import SqlServerOffset
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec, validate_sqlserver_modes
-from airflow_provider_cdc.cdc.basics.tables import SQLSERVER_NAMES, TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.utils.times import utc_time
 
 if TYPE_CHECKING:

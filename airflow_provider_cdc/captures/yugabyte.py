@@ -23,15 +23,15 @@ from airflow_provider_cdc._lazy import lazy_module
 from airflow_provider_cdc.captures.postgres import PostgresCapture, spec_fields
 from airflow_provider_cdc.captures.source_run import SourceRun
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError, PublicationError
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte import LSN_TYPES
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
 from airflow_provider_cdc.cdc.sources.yugabyte.offset import YugabyteOffset
-from airflow_provider_cdc.cdc.basics.tables import TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
 from airflow_provider_cdc.utils.times import now_ms, utc_time
 

@@ -36,15 +36,20 @@ from airflow_provider_cdc.captures.yugabyte import (
     check_ysql_conn_id,
     trigger_wait,
 )
+from airflow_provider_cdc.cdc.basics.errors import (
+    CdcConfigurationError,
+    CdcStateError,
+    SnapshotRequiredError,
+    WalLostError,
+)
+from airflow_provider_cdc.cdc.basics.readiness import Readiness
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.planning import plan as core
-from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError, SnapshotRequiredError, WalLostError
 from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset, OffsetIdentity
 from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan, uncorroborated_position
-from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, ht_from_datetime
-from airflow_provider_cdc.cdc.basics.tables import TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.offsets.base import peek_offset
 from airflow_provider_cdc.utils.times import now_ms, utc_time
 

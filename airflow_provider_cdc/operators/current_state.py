@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
 from airflow_provider_cdc.cdc.basics.naming import Topic
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.planning.runs import state_target
 from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
-from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors, unmappable_error
 from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.version_compat import AirflowSkipException, Context
@@ -91,8 +91,8 @@ class CdcCurrentStateOperator(CdcCaptureOperator):
 
     def _fold(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_cdc import spark_runner
-        from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
         from airflow_provider_cdc.cdc.planning.spec import StateJobSpec
+        from airflow_provider_cdc.cdc.sinks.object_store import is_object_store
 
         capture = self.capture
         if is_object_store(self.state_path):  # before the job: a store it cannot write fails here, clearly

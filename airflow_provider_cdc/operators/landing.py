@@ -16,17 +16,17 @@ from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.captures.source_run import SourceRun
-from airflow_provider_cdc.cdc.planning.incremental import IncrementalState
 from airflow_provider_cdc.cdc.basics.naming import is_staged_topic, message_topic, side_topics
+from airflow_provider_cdc.cdc.basics.positions import Position
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
+from airflow_provider_cdc.cdc.planning.incremental import IncrementalState
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning.plan import checkpoint, reconcile
-from airflow_provider_cdc.cdc.basics.positions import Position
 from airflow_provider_cdc.cdc.planning.runs import RunDecision, RunInterval, decide
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry, CommitLog
 from airflow_provider_cdc.cdc.sinks.path_checks import check_writable
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
-from airflow_provider_cdc.cdc.basics.tables import TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.offsets.base import load_offset, save_offset
 from airflow_provider_cdc.operators.base import CdcCaptureOperator, fail_fast_on_terminal_errors
 from airflow_provider_cdc.utils.runs import run_interval

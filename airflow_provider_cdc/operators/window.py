@@ -10,7 +10,14 @@ from typing import Any
 
 from airflow_provider_cdc.captures.base import Capture
 from airflow_provider_cdc.cdc.basics import faults
-from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcStateError, InvalidLsnError, SnapshotRequiredError
+from airflow_provider_cdc.cdc.basics.errors import (
+    CdcConfigurationError,
+    CdcStateError,
+    InvalidLsnError,
+    SnapshotRequiredError,
+)
+from airflow_provider_cdc.cdc.basics.tables import TableRef
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.planning.incremental import (
     MAX_RUN_CONF_SIGNALS,
     IncrementalState,
@@ -24,8 +31,6 @@ from airflow_provider_cdc.cdc.planning.incremental import (
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning.plan import offset_after_commit
 from airflow_provider_cdc.cdc.planning.runs import RunDecision
-from airflow_provider_cdc.cdc.basics.tables import TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.operators.landing import CdcLandingOperator, RunState, window_summary
 from airflow_provider_cdc.utils.runs import run_interval
 from airflow_provider_cdc.utils.times import now_ms, utc_time

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
+from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.sinks.landed import (
     CHANGE_EVENTS,
     MESSAGES,
@@ -28,7 +29,6 @@ from airflow_provider_cdc.cdc.sinks.landed import (
     capture_datasets,
     state_datasets,
 )
-from airflow_provider_cdc.cdc.basics.tables import TableRef
 
 if TYPE_CHECKING:  # for annotations only: utils sits below the captures
     from airflow_provider_cdc.captures.base import Capture

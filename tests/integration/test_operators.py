@@ -10,8 +10,8 @@ import os
 import pytest
 
 from airflow_provider_cdc.capture import PostgresCapture
-from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sinks.reader import committed_windows
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.operators.current_state import CdcCurrentStateOperator
 from airflow_provider_cdc.operators.setup import CdcSetupOperator
 from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator

@@ -23,11 +23,11 @@ import pytest
 
 from airflow_provider_cdc.cdc.basics import faults
 from airflow_provider_cdc.cdc.basics.errors import CdcTransientError, StaleOffsetError
-from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window, window_id_for
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitLog
 from airflow_provider_cdc.cdc.sinks.storage import storage_for
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
-from airflow_provider_cdc.cdc.basics.window import Window, window_id_for
 from airflow_provider_cdc.operators.setup import CdcSetupOperator
 from airflow_provider_cdc.operators.snapshot import CdcSnapshotOperator
 from airflow_provider_cdc.operators.window import CdcWindowOperator

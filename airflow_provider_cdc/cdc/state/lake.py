@@ -45,7 +45,7 @@ def apply_windows_by_merge(
     engine: str = "spark",
 ) -> StateResult:
     """Bring the state table of ``topic`` up to the last committed window, or answer ``as_of_seq``.
-    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :func:`.state_arrow.merge_windows_arrow`)."""
+    ``engine``: ``"spark"``, or ``"arrow"`` (``spark`` unused: :func:`.arrow.merge_windows_arrow`)."""
     from airflow_provider_cdc.cdc.state.merge import merge_windows
 
     provider = None if engine == "arrow" else (lambda: spark)

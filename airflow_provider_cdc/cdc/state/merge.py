@@ -114,7 +114,7 @@ def merge_windows(
     ``snapshot_seq``: the last snapshot window among the pending ones (a tag of kind
     ``snapshot`` is one), from the commit log: a snapshot window cannot be told from its events.
     ``engine``: whose operations run the fold (default :class:`SparkFold` of ``spark``; the
-    Arrow one is :class:`.state_arrow.ArrowFold`): the decisions and the table's commits are
+    Arrow one is :class:`.arrow.ArrowFold`): the decisions and the table's commits are
     these, whichever it is."""
     engine = engine or SparkFold(spark)
     held = state.current_window_seq()

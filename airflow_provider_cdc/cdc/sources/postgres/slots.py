@@ -117,7 +117,7 @@ def require_slot(conn, slot: str, database: str) -> SlotStatus:
     status = slot_status(conn, slot)
     if status is None:
         raise SlotMissingError(
-            f"replication slot {slot!r} does not exist. Run the setup task (PostgresCdcSetupOperator) "
+            f"replication slot {slot!r} does not exist. Run the setup task (CdcSetupOperator) "
             "to create it; if it existed before, it was dropped and changes since then are lost: "
             "re-snapshot (snapshot_mode='when_needed' or 'always')."
         )

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
-from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
+from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.sources.postgres.chunks import ChunkKeyWatch, emit_chunk, surviving_rows
 from airflow_provider_cdc.cdc.sources.postgres.events import SOURCE_BLOCK, EventContext
 from airflow_provider_cdc.cdc.sources.postgres.incremental import (
@@ -20,9 +20,9 @@ from airflow_provider_cdc.cdc.sources.postgres.incremental import (
     XidSnapshot,
     apply_signal,
 )
+from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
-from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.operators.window import airflow_signals, check_covers_staged_chunks, incremental_update
 
 ORDERS, ITEMS = TableRef("public", "orders"), TableRef("public", "items")
