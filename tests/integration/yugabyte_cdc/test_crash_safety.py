@@ -56,7 +56,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import ROW_OPS
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.transactions import ROW_OPS
 from tests.support import crash as harness
 from tests.support import yb_workload as workload
 from tests.support.crash import KILLED, CrashCapture

@@ -35,7 +35,6 @@ from airflow_provider_cdc.cdc.sources.postgres.stream import FlushFn, StreamStat
 from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_to_unix_us
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import op_id_text
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import Change, Item, TxBegin, TxEnd, TxKey
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
     ddl_key_columns,
@@ -44,6 +43,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
     relation_oid,
     row_image,
 )
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.transactions import Change, Item, TxBegin, TxEnd, TxKey
 
 CONNECTOR = "yugabytedb"
 

@@ -31,11 +31,12 @@ from airflow_provider_cdc.cdc.sources.postgres.jobs import topics_of
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletCheckpoints, TabletPosition
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YbCdcWindowCollector
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import Pages, WindowMerge
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_until_split
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.tablet_reader import Pages
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class _StreamTablets:
 
     def children(self, parent: str, at: TabletPosition) -> dict[str, tuple[TabletPosition, Pages]]:
         """The children of ``parent``, which answered ``TABLET_SPLIT``, each polled from ``at``: the
-        position the merge hands over (:meth:`~.merge._TabletReader.hand_over`: the refused request's
+        position the merge hands over (:meth:`~.tablet_reader.TabletReader.hand_over`: the refused request's
         checkpoint, with a safe time past everything taken from the parent).
 
         Each child's log holds a copy of the parent's up to the split op (``Log::CopyTo``), ``at``

@@ -46,7 +46,7 @@ position that was refused. Each child's log starts with a copy of the parent's l
 including the split op (``Log::CopyTo``), so a child read from a position before the split sends
 again the parent's changes of its half of the range after that position, then its own. The reader
 of the parent ends at the split (the tablet is finished for the watermark); the merge asks
-``on_split`` for the children with the position they go on from (:meth:`_TabletReader.hand_over`):
+``on_split`` for the children with the position they go on from (:meth:`TabletReader.hand_over`):
 the refused request's checkpoint, with as safe time the highest of the refused request's, the
 parent's watermark and the commit time of the last transaction taken from the parent. The parent
 sent everything committed at or before that time (its safe times, and its records in commit order),
@@ -73,349 +73,28 @@ recognises a re-sent transaction by its commit LSN.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 
 from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, Split, TabletSplitError
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Split, TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-
-Op = pb.RowMessage
-ROW_OPS = frozenset((Op.INSERT, Op.UPDATE, Op.DELETE))
-SINGLE_SHARD, MULTI_SHARD = 0, 1
-
-
-@dataclass(frozen=True, order=True)
-class TxKey:
-    """A transaction's identity and place in commit order: ``(commit_time, kind, ident)`` with
-    ``ident`` = ``(transaction id,)`` (multi-shard) or ``(tablet id, term, index)`` of its WAL
-    write (single-shard: YB gives those no transaction id)."""
-
-    commit_time: int
-    kind: int
-    ident: tuple[str | int, ...]
-
-    @property
-    def txid(self) -> str:
-        """YB's transaction id (``source.txId``); empty for a single-shard write, as Debezium's."""
-        return str(self.ident[0]) if self.kind == MULTI_SHARD else ""
-
-    @property
-    def id(self) -> str:
-        """A unique transaction id for the transaction side table: ``<txid>:<commit ht>``, or
-        ``<tablet>.<term>.<index>:<commit ht>`` for a single-shard write."""
-        base = self.txid if self.kind == MULTI_SHARD else ".".join(str(p) for p in self.ident)
-        return f"{base}:{self.commit_time}"
-
-
-@dataclass(frozen=True)
-class TxBegin:
-    key: TxKey
-    tablets: tuple[str, ...]  # the tablets with a part of it, in the order their changes follow
-
-
-@dataclass(frozen=True)
-class Change:
-    """One row change of a transaction, numbered across its tablets."""
-
-    key: TxKey
-    tablet_id: str
-    record: pb.CDCSDKProtoRecordPB
-    schema: pb.RowMessage | None  # the table's DDL record last seen on this tablet (None: none yet)
-    data_collection: str
-    total_order: int
-    data_collection_order: int
-
-
-@dataclass(frozen=True)
-class TxEnd:
-    key: TxKey
-    tablets: tuple[str, ...]
-    event_count: int
-    counts: Mapping[str, int]  # data collection → events
-
-
-Item = TxBegin | Change | TxEnd
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.tablet_reader import MergeStats, Pages, TabletReader
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.transactions import Change, Item, TxBegin, TxEnd, TxKey
 
 #: ``data_collection(row)``: the change's data collection, or None for a table not captured.
 DataCollection = Callable[[pb.RowMessage], str | None]
 
-#: A tablet's pages; a split tablet's end with a :class:`~.pages.Split` (:func:`~.pages.poll_until_split`).
-Pages = Iterable[Page | Split]
 
 #: ``on_split(parent, at)``: the children of ``parent``, which answered ``TABLET_SPLIT``; ``at`` is
-#: where they go on from (:meth:`_TabletReader.hand_over`): child id → (its start position, its pages).
+#: where they go on from (:meth:`TabletReader.hand_over`): child id → (its start position, its pages).
 SplitHandler = Callable[[str, TabletPosition], Mapping[str, tuple[TabletPosition, Pages]]]
 
 
 def schema_table(row: pb.RowMessage) -> str:
     """The default data collection: ``<schema>.<table>`` as the record names them."""
     return f"{row.pgschema_name}.{row.table}"
-
-
-@dataclass
-class MergeStats:
-    transactions: int = 0
-    changes: int = 0
-    filtered_changes: int = 0  # changes of tables not captured (not numbered)
-    earlier_skipped: int = 0  # records committed before the window, sent again
-    resent_skipped: int = 0  # transaction parts a tablet sent twice within the window
-    splits: int = 0  # tablets that answered TABLET_SPLIT (handed over to their children)
-    last_key: TxKey | None = None
-
-
-class _TabletReader:
-    """One tablet's records, consumed fragment by fragment (see the module docstring)."""
-
-    def __init__(
-        self,
-        tablet_id: str,
-        pages: Pages,
-        start: TabletPosition,
-        *,
-        from_ht: int,
-        to_ht: int,
-        stats: MergeStats,
-    ):
-        self.tablet_id = tablet_id
-        self._pages = iter(pages)
-        self._page: Page | None = None
-        self._last_page: Page | None = None
-        self._i = 0
-        self._pending: deque[pb.CDCSDKProtoRecordPB] = deque()  # looked ahead, not yet consumed
-        self._from, self._to, self._end_ht = from_ht, to_ht, to_ht - 1
-        self._start_safe = start.safe_hybrid_time
-        self._stats = stats
-        self.watermark = max(from_ht - 1, start.safe_hybrid_time)
-        self.head: TxKey | None = None
-        self.end: TabletPosition | None = None
-        self.split: Split | None = None  # set when the tablet answered TABLET_SPLIT (then ``end`` too)
-        self.schemas: dict[str, pb.RowMessage] = {}
-        self._last: TxKey | None = None
-        self._seen: set[TxKey] = set()  # keys consumed and still above the watermark
-        self._seen_order: deque[TxKey] = deque()
-        if self.watermark >= self._end_ht:  # an empty window, or a tablet already past its end
-            self._finish(start)
-
-    # -- records -----------------------------------------------------------------------------
-
-    def _take(self, *, inside: bool = False) -> pb.CDCSDKProtoRecordPB | None:
-        """The next record, or None at the end of a page (whose safe time then applies) and at a
-        split (the tablet has then ended). ``inside``: a transaction is open, where a split cannot be
-        (YB resumes a transaction sent over several responses without a split check)."""
-        if self._pending:
-            return self._pending.popleft()
-        page = self._page
-        if page is None:
-            item = next(self._pages, None)
-            if item is None:
-                where = f"inside transaction {self.head}" if self.head is not None else "before the window end"
-                raise DecodingError(
-                    f"tablet {self.tablet_id}: its changes ended {where} (safe time {self.watermark}, "
-                    f"window end {self._end_ht})"
-                )
-            if isinstance(item, Split):
-                if inside:
-                    raise DecodingError(
-                        f"tablet {self.tablet_id}: TABLET_SPLIT inside a transaction (asked from {item.at.checkpoint})"
-                    )
-                self.split = item
-                self._finish(item.at)
-                return None
-            page = item
-            self._page, self._i = page, 0
-        if self._i < len(page.records):
-            self._i += 1
-            return page.records[self._i - 1]
-        self._page, self._last_page = None, page
-        self._raise_watermark(page.safe_hybrid_time)
-        return None
-
-    def _raise_watermark(self, safe: int) -> None:
-        if safe > self.watermark:
-            self.watermark = safe
-            while self._seen_order and self._seen_order[0].commit_time <= safe:
-                self._seen.discard(self._seen_order.popleft())
-
-    def _finish(self, position: TabletPosition) -> None:
-        self.end = position
-        close = getattr(self._pages, "close", None)
-        if close is not None:
-            close()  # stop a lazy poller: the next window reads the rest
-
-    def hand_over(self, at: TabletPosition) -> TabletPosition:
-        """Where a split tablet's children go on from (module docstring, Splits): the refused
-        request's checkpoint, with a safe time at or past everything taken from this tablet. The
-        WAL segment index is the parent's sorting state and does not apply to a child's log."""
-        taken = self._last.commit_time if self._last is not None else -1
-        return TabletPosition(at.checkpoint, max(at.safe_hybrid_time, self.watermark, taken), 0)
-
-    def _cut(self) -> None:
-        """End before the record just taken (it belongs to the next window)."""
-        if self._page is None:
-            raise RuntimeError("window cut before any page was read")
-        self._finish(TabletPosition(self._page.request.checkpoint, self._end_ht, 0))
-
-    def _schema(self, row: pb.RowMessage) -> None:
-        self.schemas[_table_key(row)] = row
-
-    # -- between transactions ----------------------------------------------------------------
-
-    def advance(self, bound: int | None) -> None:
-        """Read until the next transaction's ``BEGIN`` (:attr:`head`), the tablet's end, or its
-        safe time reaching ``bound`` (None: moving at all, so that tablets are read in turn)."""
-        mark = self.watermark
-        while self.head is None and self.end is None:
-            reached = self.watermark >= bound if bound is not None else self.watermark > mark
-            if reached:
-                return
-            record = self._take()
-            if record is None:
-                if self.end is None and self.watermark >= self._end_ht:
-                    if self._last_page is None:
-                        raise RuntimeError("window finished before any page was read")
-                    self._finish(self._last_page.next_position)
-                continue
-            row = record.row_message
-            if row.op == Op.BEGIN:
-                self._begin(record)
-            elif row.op == Op.SAFEPOINT:
-                self._raise_watermark(row.commit_time)
-            elif row.op == Op.DDL:
-                if row.commit_time >= self._to:
-                    self._cut()
-                else:
-                    self._schema(row)
-            elif row.op in ROW_OPS or row.op == Op.COMMIT:
-                self._outside(row)
-            else:
-                raise DecodingError(f"tablet {self.tablet_id}: unexpected {_op_name(row)} record in a stream window")
-
-    def _outside(self, row: pb.RowMessage) -> None:
-        """A change or COMMIT with no BEGIN: the tail of a transaction sent before (YB resumes a
-        transaction split over responses from its checkpoint, without a new BEGIN)."""
-        txid = row.transaction_id.decode("ascii", "replace")
-        if row.commit_time < self._from or row.commit_time <= self._start_safe:
-            self._stats.earlier_skipped += 1
-        elif txid and TxKey(row.commit_time, MULTI_SHARD, (txid,)) in self._seen:
-            self._stats.resent_skipped += 1
-        else:
-            raise DecodingError(
-                f"tablet {self.tablet_id}: {_op_name(row)} record committed at {row.commit_time} outside a transaction"
-            )
-
-    def _begin(self, record: pb.CDCSDKProtoRecordPB) -> None:
-        row = record.row_message
-        commit = row.commit_time
-        if not commit:
-            raise DecodingError(f"tablet {self.tablet_id}: BEGIN without a commit time")
-        if commit >= self._to:
-            self._cut()
-            return
-        txid = row.transaction_id.decode("ascii", "replace")
-        if txid:
-            key = TxKey(commit, MULTI_SHARD, (txid,))
-        else:
-            term, index = self._first_op_id()
-            key = TxKey(commit, SINGLE_SHARD, (self.tablet_id, term, index))
-        if self._sent_before(key):
-            self._skip(key)
-        else:
-            self.head = key
-
-    def _first_op_id(self) -> tuple[int, int]:
-        """The WAL op id of a single-shard write: its first record that has one (looked ahead)."""
-        looked: list[pb.CDCSDKProtoRecordPB] = []
-        while True:
-            record = self._take(inside=True)
-            if record is None:
-                continue  # YB never splits one write over responses; tolerated all the same
-            looked.append(record)
-            if record.HasField("cdc_sdk_op_id") and record.row_message.op != Op.DDL:
-                self._pending.extendleft(reversed(looked))
-                return record.cdc_sdk_op_id.term, record.cdc_sdk_op_id.index
-            if record.row_message.op not in (Op.DDL, *ROW_OPS):
-                raise DecodingError(
-                    f"tablet {self.tablet_id}: {_op_name(record.row_message)} in a single-shard write before its op id"
-                )
-
-    def _sent_before(self, key: TxKey) -> bool:
-        if key.commit_time < self._from or key.commit_time <= self._start_safe:
-            self._stats.earlier_skipped += 1
-            return True
-        if self._last is not None and key <= self._last:
-            if key in self._seen:
-                self._stats.resent_skipped += 1
-                return True
-            raise DecodingError(
-                f"tablet {self.tablet_id}: transaction {key.id} arrived after {self._last.id}, out of commit order"
-            )
-        if key.commit_time <= self.watermark:
-            raise DecodingError(
-                f"tablet {self.tablet_id}: transaction {key.id} arrived after the tablet's safe time "
-                f"{self.watermark} had passed its commit time"
-            )
-        return False
-
-    # -- one transaction ---------------------------------------------------------------------
-
-    def part(self) -> Iterator[tuple[pb.CDCSDKProtoRecordPB, pb.RowMessage | None]]:
-        """The head transaction's changes on this tablet, each with its table's schema record."""
-        key = self.head
-        if key is None:
-            raise RuntimeError("no head transaction to read")
-        for record in self._fragment(key):
-            row = record.row_message
-            yield record, self.schemas.get(_table_key(row))
-        self._last = key
-        self._seen.add(key)
-        self._seen_order.append(key)
-        self.head = None
-
-    def _skip(self, key: TxKey) -> None:
-        for _ in self._fragment(key):
-            pass
-
-    def _fragment(self, key: TxKey) -> Iterator[pb.CDCSDKProtoRecordPB]:
-        """The change records of the transaction ``key`` up to its COMMIT (schema records inside
-        it applied, page boundaries crossed)."""
-        while True:
-            record = self._take(inside=True)
-            if record is None:
-                continue
-            row = record.row_message
-            if row.op in ROW_OPS:
-                self._check_member(key, row)
-                yield record
-            elif row.op == Op.DDL:
-                self._schema(row)
-            elif row.op == Op.COMMIT:
-                self._check_member(key, row)
-                return
-            else:
-                raise DecodingError(f"tablet {self.tablet_id}: {_op_name(row)} record inside transaction {key.id}")
-
-    def _check_member(self, key: TxKey, row: pb.RowMessage) -> None:
-        if row.commit_time != key.commit_time or (
-            key.kind == MULTI_SHARD and row.transaction_id and row.transaction_id.decode("ascii", "replace") != key.txid
-        ):
-            raise DecodingError(
-                f"tablet {self.tablet_id}: {_op_name(row)} of transaction {row.transaction_id!r} committed at "
-                f"{row.commit_time} inside transaction {key.id}"
-            )
-
-
-def _table_key(row: pb.RowMessage) -> str:
-    return row.table_id or row.table
-
-
-def _op_name(row: pb.RowMessage) -> str:
-    try:
-        return Op.Op.Name(row.op)
-    except ValueError:
-        return f"op {row.op}"
 
 
 class WindowMerge:
@@ -451,8 +130,8 @@ class WindowMerge:
         self._splits: list[tuple[str, dict[str, TabletPosition]]] = []
         self._iterated = False
 
-    def _reader(self, tablet_id: str, pages: Pages, start: TabletPosition) -> _TabletReader:
-        return _TabletReader(tablet_id, pages, start, from_ht=self._from, to_ht=self._to, stats=self.stats)
+    def _reader(self, tablet_id: str, pages: Pages, start: TabletPosition) -> TabletReader:
+        return TabletReader(tablet_id, pages, start, from_ht=self._from, to_ht=self._to, stats=self.stats)
 
     def _check_finished(self) -> None:
         unfinished = [r.tablet_id for r in self._readers if r.end is None]
@@ -525,7 +204,7 @@ class WindowMerge:
             if not progressed:
                 return self._bound()
 
-    def _hand_over(self, parent: _TabletReader, split: Split) -> None:
+    def _hand_over(self, parent: TabletReader, split: Split) -> None:
         """The split ``parent``'s children join the merge, each from the position ``on_split``
         gives. They keep the parent's table schemas until their own DDL records come (the children
         hold the parent's tables; YB sends a child's schema with its first response)."""
@@ -555,18 +234,4 @@ class WindowMerge:
         return min(heads) if heads else None
 
 
-__all__ = [
-    "MULTI_SHARD",
-    "SINGLE_SHARD",
-    "Change",
-    "DataCollection",
-    "Item",
-    "MergeStats",
-    "Pages",
-    "SplitHandler",
-    "TxBegin",
-    "TxEnd",
-    "TxKey",
-    "WindowMerge",
-    "schema_table",
-]
+__all__ = ["DataCollection", "SplitHandler", "WindowMerge", "schema_table"]

@@ -20,17 +20,17 @@ from hypothesis import strategies as st
 
 from airflow_provider_cdc.cdc.basics.errors import DecodingError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import Checkpoint, TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import (
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_pages
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.transactions import (
     MULTI_SHARD,
     SINGLE_SHARD,
     Change,
     TxBegin,
     TxEnd,
     TxKey,
-    WindowMerge,
 )
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, poll_pages
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 
 Op = pb.RowMessage
 TABLES = ("orders", "items")

@@ -29,16 +29,12 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import end_state
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import (
-    MULTI_SHARD,
-    SINGLE_SHARD,
-    Pages,
-    TxKey,
-    WindowMerge,
-)
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page, Split, TabletSplitError, poll_until_split
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import framing
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.tablet_reader import Pages
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.transactions import MULTI_SHARD, SINGLE_SHARD, TxKey
 from tests.unit.cdc.sources.yugabyte_cdc.test_client import TinyServer
 from tests.unit.cdc.sources.yugabyte_cdc.test_merge import FakeTablet, Fragment, ddl, insert, page, read, record
 
