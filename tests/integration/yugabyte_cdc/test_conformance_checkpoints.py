@@ -38,7 +38,7 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot import BOOTSTRAP
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_pages import BOOTSTRAP
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows
 from tests.support.yugabyte_cdc import YugabyteCdcStandIn, standin_for

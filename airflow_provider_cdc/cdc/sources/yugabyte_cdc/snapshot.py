@@ -58,31 +58,24 @@ yet), so the server keeps everything after the snapshot's op id.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc.basics import faults
 from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
-    CdcStateError,
-    CdcTransientError,
     DecodingError,
 )
 from airflow_provider_cdc.cdc.basics.tables import POSTGRES_NAMES, TableRef
 from airflow_provider_cdc.cdc.reading.window_job import SparkProvider
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
-from airflow_provider_cdc.cdc.sources.postgres import columnar
-from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, SnapshotBatches, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.jobs import commit_snapshot, topics_of, write_snapshot_tables
-from airflow_provider_cdc.cdc.sources.postgres.tables import TableInfo
-from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
     TabletCheckpoints,
@@ -90,242 +83,29 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     TabletState,
 )
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BLOCK, record_lsn, yb_source_batch
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import source_state
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Fetch, Page
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import YbLsn, commit_ts_ms
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.position import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.records import (
-    ddl_key_columns,
-    ddl_table,
-    relation_columns,
-    relation_oid,
-    row_image,
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_pages import (
+    BOOTSTRAP,
+    check_bootstrap,
+    common_snapshot_time,
+    first_page,
+    snapshot_pages,
+    streaming_start,
 )
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_rows import SnapshotRows, SnapshotTable, event_schema
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 
 log = logging.getLogger(__name__)
 
 Op = pb.RowMessage
 
-#: The bootstrap request's checkpoint (the connector's ``snapshotStartLsn``).
-BOOTSTRAP = Checkpoint(-1, -1, b"", -1, 0)
 #: Rows per Arrow batch a task builds (the Parquet writer groups them into row groups).
 ROWS_PER_BATCH = 8192
-#: Pages in a row that bring no row and do not move the key before a task gives up.
-MAX_STALLED_PAGES = 5
-#: Records a snapshot page may hold besides READ and DDL: transaction markers the connector
-#: ignores while snapshotting (it logs a warning), and safe points.
-_IGNORED = frozenset((Op.BEGIN, Op.COMMIT, Op.SAFEPOINT))
-
-
-# -- the protocol's checkpoints --------------------------------------------------------------
-
-
-def is_end_marker(checkpoint: Checkpoint) -> bool:
-    """``isSnapshotCompleteMarker``: the answer after a tablet's last snapshot row."""
-    return not checkpoint.key and checkpoint.write_id == 0 and checkpoint.snapshot_time == 0
-
-
-def first_page(bootstrap: Checkpoint) -> Checkpoint:
-    """The request of a tablet's first snapshot page: the bootstrap's op id and snapshot time,
-    from the tablet's first key (whatever key the bootstrap answered)."""
-    return Checkpoint(bootstrap.term, bootstrap.index, b"", -1, bootstrap.snapshot_time)
-
-
-def streaming_start(bootstrap: Checkpoint) -> TabletPosition:
-    """Where a tablet's stream continues after the snapshot: the snapshot's op id, with the
-    snapshot time as safe time (every commit at or before it is in the snapshot)."""
-    return TabletPosition(Checkpoint(bootstrap.term, bootstrap.index), safe_hybrid_time=bootstrap.snapshot_time)
-
-
-def check_bootstrap(tablet_id: str, checkpoint: Checkpoint) -> Checkpoint:
-    """The bootstrap answer's checkpoint, refused unless it is a snapshot's (``write_id -1``,
-    a snapshot time, a valid op id)."""
-    if not checkpoint.in_snapshot or checkpoint.snapshot_time <= 0 or checkpoint.term < 0 or checkpoint.index < 0:
-        raise CdcStateError(
-            f"tablet {tablet_id}: the snapshot bootstrap answered checkpoint {checkpoint}, which is no snapshot's "
-            "(write_id -1 and a snapshot time): the stream has no consistent snapshot to read"
-        )
-    return checkpoint
-
-
-def common_snapshot_time(bootstraps: Mapping[str, Checkpoint]) -> int:
-    """The one snapshot time of every tablet's bootstrap; tablets at different times would make
-    a snapshot of no single moment, so that fails."""
-    times = {checkpoint.snapshot_time for checkpoint in bootstraps.values()}
-    if len(times) != 1:
-        by_time: dict[int, list[str]] = {}
-        for tablet, checkpoint in sorted(bootstraps.items()):
-            by_time.setdefault(checkpoint.snapshot_time, []).append(tablet)
-        detail = "; ".join(f"{t}: {', '.join(tablets)}" for t, tablets in sorted(by_time.items()))
-        raise CdcStateError(
-            f"the stream's tablets report {len(times)} different snapshot times ({detail or 'no tablets'}); "
-            "a snapshot must read every tablet at one hybrid time (a stream with a consistent snapshot)"
-        )
-    (snapshot_time,) = times
-    return snapshot_time
-
-
-def snapshot_pages(fetch: Fetch, tablet_id: str, bootstrap: Checkpoint) -> Iterator[Page]:
-    """The snapshot pages of one tablet, from its first key to the page that ends with the end
-    marker (included: the last page may carry rows too). Each request starts where the previous
-    answer points; an answer that leaves the snapshot (another snapshot time, a checkpoint that
-    is neither a page's nor the end marker) or ends it at another op id than the bootstrap's
-    fails, and so does a tablet that stops progressing."""
-    position = TabletPosition(first_page(bootstrap))
-    stalled = 0
-    while True:
-        page = Page.of(position, fetch(position))
-        yield page
-        checkpoint = page.checkpoint
-        if is_end_marker(checkpoint):
-            if (checkpoint.term, checkpoint.index) != (bootstrap.term, bootstrap.index):
-                raise CdcStateError(
-                    f"tablet {tablet_id}: the snapshot ended at op {checkpoint.term}.{checkpoint.index}, not at the "
-                    f"bootstrap's {bootstrap.term}.{bootstrap.index} where its stream is to continue"
-                )
-            return
-        if not checkpoint.in_snapshot or checkpoint.snapshot_time != bootstrap.snapshot_time:
-            raise CdcStateError(
-                f"tablet {tablet_id}: a snapshot page at hybrid time {bootstrap.snapshot_time} answered checkpoint "
-                f"{checkpoint}, neither a page of that snapshot nor its end"
-            )
-        moved = checkpoint.key != position.checkpoint.key or any(r.row_message.op == Op.READ for r in page.records)
-        stalled = 0 if moved else stalled + 1
-        if stalled >= MAX_STALLED_PAGES:
-            raise CdcTransientError(
-                f"tablet {tablet_id}: {stalled} snapshot pages in a row brought no row and kept key "
-                f"{checkpoint.key!r}; the server's snapshot does not progress"
-            )
-        position = page.next_position
-
-
-# -- table versions ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SnapshotTable:
-    """A captured table of the stream as its DDL record describes it at the snapshot time:
-    what a tablet's task needs to make its events (picklable)."""
-
-    table_id: str
-    table: TableInfo
-    schema: tuple[tuple[str, int, bool], ...]  # the DDL record's (name, type oid, is_key) per column
-
-    @classmethod
-    def of(cls, ddl: pb.RowMessage) -> SnapshotTable:
-        """The table version of ``ddl``, built as the stream collector builds one it has no
-        catalog entry for (so both write one layout)."""
-        columns = relation_columns(ddl, TypeCache(), None)
-        keys = ddl_key_columns(ddl)
-        table = TableInfo(ddl_table(ddl), relation_oid(ddl.table_id), columns, keys, "c", bool(keys))
-        return cls(ddl.table_id, table, schema_signature(ddl))
-
-    @property
-    def ref(self) -> TableRef:
-        return self.table.ref
-
-
-def schema_signature(ddl: pb.RowMessage) -> tuple[tuple[str, int, bool], ...]:
-    """What identifies a DDL record's table version: its columns' names, type oids and key flags."""
-    return tuple((c.name, c.oid, c.is_key) for c in ddl.schema.column_info)
-
-
-def event_schema(encoder: TableEncoder) -> pa.Schema:
-    """The snapshot files' schema: the table's event layout with the YugabyteDB ``source`` block."""
-    schema = encoder.layout.schema
-    index = schema.get_field_index("source")
-    return schema.set(index, pa.field("source", YB_SOURCE_BLOCK, nullable=False))
-
-
-# -- rows to events ---------------------------------------------------------------------------
-
-
-class SnapshotRows:
-    """The ``READ`` records of one table read from one tablet, buffered as the pgoutput Insert
-    messages yboutput would send for them, and made into ``op = r`` event batches."""
-
-    def __init__(
-        self, table: SnapshotTable, tablet_id: str, snapshot_ht: int, context: EventContext, settings: EventSettings
-    ) -> None:
-        self.table = table
-        self.tablet_id = tablet_id
-        self.snapshot_ht = snapshot_ht
-        self.encoder = TableEncoder(table.table, table.table.columns, settings)
-        self._events = SnapshotBatches(
-            self.encoder,
-            context=context,
-            snapshot_lsn=snapshot_ht,
-            snapshot_xmin=None,
-            snapshot_ts_ms=commit_ts_ms(snapshot_ht),
-        )
-        self._payloads: list[bytes] = []
-        self._lsns: list[str] = []
-        self._record_times: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self._payloads)
-
-    def add(self, record: pb.CDCSDKProtoRecordPB) -> None:
-        """One record of a snapshot page: a row of this table is buffered, a schema record is
-        checked to be this table version, rows of other tables (a colocated tablet) are skipped.
-        The record's ``op`` is changed to ``INSERT`` in place (records are not reused)."""
-        row = record.row_message
-        if row.op == Op.READ:
-            if row.table_id and row.table_id != self.table.table_id:
-                return
-            row.op = Op.INSERT  # a READ record carries the row as an INSERT does
-            encoder = self.encoder
-            image = row_image(row, encoder.relation_columns, encoder.table.key_columns)
-            self._payloads.append(image.payload(self.table.table.oid))
-            self._lsns.append(record_lsn(record))
-            self._record_times.append(row.record_time or self.snapshot_ht)
-        elif row.op == Op.DDL:
-            if row.table_id == self.table.table_id and schema_signature(row) != self.table.schema:
-                raise DecodingError(
-                    f"tablet {self.tablet_id}: the schema of {self.table.ref} changed during the snapshot "
-                    f"(version {row.schema_version}); a snapshot reads one table version"
-                )
-        elif row.op not in _IGNORED:
-            raise DecodingError(
-                f"tablet {self.tablet_id}: a {Op.Op.Name(row.op)} record in a snapshot page of {self.table.ref}"
-            )
-
-    def flush(self) -> pa.RecordBatch:
-        """The buffered rows as one event batch (the buffer is emptied)."""
-        payloads, lsns, record_times = self._payloads, self._lsns, self._record_times
-        self._payloads, self._lsns, self._record_times = [], [], []
-        encoder = self.encoder
-        try:
-            rows = columnar.decode_rows(payloads, len(encoder.relation_columns))
-        except columnar.MalformedRow as exc:
-            raise DecodingError(
-                f"tablet {self.tablet_id}, {self.table.ref}: snapshot row {lsns[exc.row]}: {exc}"
-            ) from None
-        values = encoder.typed([rows.text(rows.new, p) for p in encoder.positions])
-        batch = self._events.batch(values)
-        origins = {
-            "tablet_id": pa.repeat(pa.scalar(self.tablet_id), len(lsns)),
-            "lsn": pa.array(lsns, pa.string()),
-            "record_time": pa.array(record_times, pa.int64()),
-            "txId": pa.nulls(len(lsns), pa.string()),
-            "sequence": pa.array([json.dumps([None, lsn], separators=(",", ":")) for lsn in lsns], pa.string()),
-        }
-        return yb_source_batch(_rows_numbered(batch), origins)
-
-
-def _rows_numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with each row's PostgreSQL ``source.lsn`` set to its row number: the index into
-    the row origins :func:`~.collector.yb_source_batch` takes (the collector's "LSN")."""
-    index = batch.schema.get_field_index("source")
-    source = batch.column(index)
-    numbers = pa.array(np.arange(len(batch), dtype=np.int64))
-    fields = list(source.type)
-    children = [numbers if f.name == "lsn" else source.field(f.name) for f in fields]
-    return batch.set_column(index, batch.schema.field(index), pa.StructArray.from_arrays(children, fields=fields))
 
 
 # -- the tasks --------------------------------------------------------------------------------
@@ -562,20 +342,4 @@ def run_snapshot(spec: YbCdcJobSpec, spark_provider: SparkProvider) -> CommitEnt
     )
 
 
-__all__ = [
-    "BOOTSTRAP",
-    "SnapshotPlan",
-    "SnapshotRows",
-    "SnapshotSource",
-    "SnapshotTable",
-    "TabletTask",
-    "check_bootstrap",
-    "common_snapshot_time",
-    "first_page",
-    "is_end_marker",
-    "plan_snapshot",
-    "read_tablet",
-    "run_snapshot",
-    "snapshot_pages",
-    "streaming_start",
-]
+__all__ = ["SnapshotPlan", "SnapshotSource", "TabletTask", "plan_snapshot", "read_tablet", "run_snapshot"]

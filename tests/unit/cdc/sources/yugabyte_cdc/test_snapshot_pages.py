@@ -18,18 +18,16 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.collector import YB_SOURCE_BL
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.merge import WindowMerge
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import Page
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot import (
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_pages import (
     BOOTSTRAP,
-    SnapshotRows,
-    SnapshotTable,
     check_bootstrap,
     common_snapshot_time,
-    event_schema,
     first_page,
     is_end_marker,
     snapshot_pages,
     streaming_start,
 )
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_rows import SnapshotRows, SnapshotTable, event_schema
 
 Op = pb.RowMessage
 TABLE_ID = "000033e8000030008000000000004000"  # a YSQL table id: table OID 0x4000
