@@ -93,7 +93,8 @@ class Backlog:
 def fetch_records(spec: YbCdcJobSpec) -> tuple[int, int]:
     """The limit: every tablet's pages from its start position to the window end through the
     product's client, as the job requests them; returns (records, change records in the window)."""
-    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
+    from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import IdleWait
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import poll_pages
     from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb

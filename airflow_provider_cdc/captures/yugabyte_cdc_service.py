@@ -107,7 +107,7 @@ class YugabyteCdcServiceCapture(PostgresCapture):
                 f"prints it), got {self.stream_id!r}"
             )
         if self.master_addresses is not None:
-            from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
+            from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
 
             parse_addresses(self.master_addresses)
         for name in ("slot_name", "publication_name"):

@@ -83,7 +83,7 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
     @cached_property
     def master_addresses(self) -> str:
         """``host:port,...`` of the masters (checked when the client parses it)."""
-        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
 
         text = self._master_addresses or self._extra().get("master_addresses")
         if not text:
@@ -155,7 +155,7 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
 
     def test_masters(self) -> tuple[bool, str]:
         """Open (and close) an RPC session with each master, as the capture's client would."""
-        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
 
         tls = self.rpc_tls
@@ -172,7 +172,8 @@ class YugabyteCdcServiceHook(YugabyteCdcHook):
 
     def cdc_client(self, stream_id: str) -> Any:
         """A :class:`~cdc.sources.yugabyte_cdc.client.YbCdcClient` of ``stream_id`` (close it)."""
-        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient, parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 
         return YbCdcClient(
             parse_addresses(self.master_addresses),

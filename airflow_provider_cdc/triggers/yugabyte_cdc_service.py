@@ -99,7 +99,8 @@ class YugabyteCdcServiceChangesTrigger(BaseTrigger):
         """The masters' view of the stream (None: unknown). Runs in a thread: it reads the Airflow
         connection and calls the masters synchronously, one attempt bounded by ``check_timeout``."""
         from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
-        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient, parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
+        from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
         from airflow_provider_cdc.hooks.yugabyte_cdc import YugabyteCdcServiceHook
 
         hook = YugabyteCdcServiceHook(self.yugabytedb_conn_id, master_addresses=self.master_addresses)

@@ -21,23 +21,19 @@ from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc import admin
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
     TabletCheckpoints,
     TabletPosition,
     TabletState,
 )
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import (
-    RetryPolicy,
-    StreamExpiredError,
-    StreamNotStartedError,
-    YbCdcClient,
-    parse_addresses,
-)
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import RpcConnection
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.service_errors import StreamExpiredError, StreamNotStartedError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.snapshot_pages import BOOTSTRAP
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.spec import YbCdcJobSpec
 from tests.support.oracle import assert_same_state, events_of, replay, source_rows

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints, TabletPosition
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import InvalidRequestError, YbCdcClient
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import YbCdcClient
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.jobs import run_job
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import TabletSplitError
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.service_errors import InvalidRequestError
 from tests.integration.yugabyte_cdc.test_stream import (
     base_image,
     key_of,

@@ -12,7 +12,7 @@ Built on :class:`~.protocol.client.RpcConnection` (one blocking connection per s
   ``retriable`` (leader changes, not ready, busy, connection lost), except ``TABLET_SPLIT``: asking
   a split tablet again cannot help, its caller must go on with the children
   (:meth:`YbCdcClient.split_children`); then, and for every other error,
-  the product's error classes (:func:`product_error`): the stream or a checkpoint being gone is a
+  the product's error classes (:func:`~.service_errors.product_error`): the stream or a checkpoint being gone is a
   state error, a request the server refuses a configuration error, exhausted retries
   :class:`~cdc.errors.CdcTransientError`.
 
@@ -40,10 +40,8 @@ from airflow_provider_cdc.cdc.basics.errors import (
     CdcConfigurationError,
     CdcError,
     CdcTransientError,
-    DecodingError,
-    SlotMissingError,
-    WalLostError,
 )
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import Address, parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
     StoredCheckpoint,
@@ -56,10 +54,15 @@ from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import DEFAULT_TLS, RpcConnection, TlsOptions
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.methods import Method
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.service_errors import (
+    InvalidRequestError,
+    StreamExpiredError,
+    StreamNotStartedError,
+    product_error,
+)
 
 log = logging.getLogger(__name__)
 
-Address = tuple[str, int]
 M = TypeVar("M", bound=Message)
 
 
@@ -78,69 +81,6 @@ class RetryPolicy:
 #: ``from_cdc_sdk_checkpoint.key`` of the ``GetChanges`` that marks a tablet's snapshot done or not
 #: needed (``kCDCSDKSnapshotDoneKey``, cdc_service.h; the connector's ``SNAPSHOT_DONE_KEY``).
 SNAPSHOT_DONE_KEY = b"snapshot_done_key"
-
-
-class StreamExpiredError(WalLostError):
-    """The server answered "Stream ID ... is expired for Tablet ID ..." on a tablet that had been
-    started: no ``GetChanges`` or ``SetCDCCheckpoint`` within ``cdc_intent_retention_ms``, and the
-    server released what it kept for the stream. Terminal for the stream."""
-
-
-class StreamNotStartedError(CdcTransientError):
-    """The server answered "... is expired ..." on a tablet whose checkpoint was never set (-1.-1):
-    a stream created without a consistent snapshot counts as expired on a tablet until a
-    ``SetCDCCheckpoint`` sets it (``CheckStreamActive``, ``active_time`` 0). Nothing was lost."""
-
-
-class InvalidRequestError(CdcConfigurationError):
-    """The CDC service answered ``INVALID_REQUEST`` (for a tablet: "Tablet ID … is not part of stream
-    ID …"). From ``GetChanges`` on a split parent whose tablets are listed it is a split instead
-    (:meth:`YbCdcClient.get_changes`)."""
-
-
-def product_error(error: rpc.YbRpcError, what: str) -> CdcError:
-    """The product's error for a protocol error that retrying did not (or cannot) cure."""
-    text = f"{what}: {error}"
-    if isinstance(error, rpc.FrameTooLarge):
-        return CdcConfigurationError(
-            f"{text}. If the cluster really sends responses this large (larger GetChanges thresholds, very "
-            "wide rows), raise the cap: the connection extra rpc_get_changes_max_bytes (YugabyteDB's own "
-            "limit is rpc_max_message_size, 255 MB by default)"
-        )
-    if isinstance(error, rpc.RpcTlsError):
-        return CdcConfigurationError(text)
-    if isinstance(error, rpc.StreamExpired):
-        return StreamExpiredError(text)
-    if isinstance(error, rpc.CheckpointTooOld):
-        return WalLostError(text)
-    if isinstance(error, rpc.StreamNotFound):
-        return SlotMissingError(text)
-    if isinstance(error, rpc.TabletSplit):
-        return TabletSplitError(text)
-    if rpc.is_invalid_request(error):
-        return InvalidRequestError(
-            f"{text}. Check that the offset's tablets belong to this stream (stream_id of the capture, "
-            "the offset of another stream)"
-        )
-    if isinstance(error, rpc.ProtocolError):
-        return DecodingError(text)
-    if error.retriable:
-        return CdcTransientError(text)
-    return CdcConfigurationError(text)
-
-
-def parse_addresses(text: str | Iterable[str]) -> tuple[Address, ...]:
-    """``"h1:7100,h2:7100"`` (``database.master.addresses``) or a list of ``host:port``."""
-    parts = text.split(",") if isinstance(text, str) else list(text)
-    addresses = []
-    for part in (p.strip() for p in parts):
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise CdcConfigurationError(f"not a host:port master address: {part!r}")
-        addresses.append((host.strip("[]"), int(port)))
-    if not addresses:
-        raise CdcConfigurationError("no master addresses")
-    return tuple(addresses)
 
 
 def replica_address(replica: pb.TabletLocationsPB.ReplicaPB) -> Address | None:
@@ -528,15 +468,4 @@ class YbCdcClient:
         self.get_changes(tablet_id, TabletPosition(done))
 
 
-__all__ = [
-    "SNAPSHOT_DONE_KEY",
-    "InvalidRequestError",
-    "RetryPolicy",
-    "StreamExpiredError",
-    "StreamNotStartedError",
-    "TabletSplitError",
-    "YbCdcClient",
-    "parse_addresses",
-    "product_error",
-    "replica_address",
-]
+__all__ = ["SNAPSHOT_DONE_KEY", "ClientSettings", "RetryPolicy", "YbCdcClient", "replica_address"]

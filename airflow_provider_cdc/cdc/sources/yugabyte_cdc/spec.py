@@ -29,8 +29,8 @@ from airflow_provider_cdc.cdc.planning.spec import (
     common_to_dict,
 )
 from airflow_provider_cdc.cdc.sources.postgres.events import EventSettings
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import TabletCheckpoints
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.offset import CONNECTOR
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import methods
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb

@@ -12,19 +12,15 @@ from airflow_provider_cdc.cdc.basics.errors import (
     SlotMissingError,
     WalLostError,
 )
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.addresses import parse_addresses
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.checkpoints import (
     Checkpoint,
     TabletCheckpoints,
     TabletPosition,
     TabletState,
 )
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import (
-    RetryPolicy,
-    TabletSplitError,
-    YbCdcClient,
-    parse_addresses,
-)
-from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import poll_pages
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.client import RetryPolicy, YbCdcClient
+from airflow_provider_cdc.cdc.sources.yugabyte_cdc.pages import TabletSplitError, poll_pages
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import framing
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol.client import TlsOptions
