@@ -100,12 +100,12 @@ def main() -> int:
     from airflow_provider_cdc.cdc.events.settings import EventSettings
     from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
     from airflow_provider_cdc.cdc.sources.sqlserver import admin
+    from airflow_provider_cdc.cdc.sources.sqlserver.change_queries import changes_sql
     from airflow_provider_cdc.cdc.sources.sqlserver.connection import SqlServerConnectionInfo
     from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
     from airflow_provider_cdc.cdc.sources.sqlserver.jobs import run_job
     from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
     from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec
-    from airflow_provider_cdc.cdc.sources.sqlserver.stream import changes_sql
     from airflow_provider_cdc.testing.postgres_cluster import PostgresCluster, available_flavours, scratch_dir
     from tests.support import odbc
     from tests.support.sqlserver import ODBC_DRIVER, SqlServerStandIn

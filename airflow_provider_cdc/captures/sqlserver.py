@@ -59,7 +59,7 @@ class SqlServerCapture(Capture):
     # Debezium's data.query.mode: "direct" (its default too, DBZ-9394) reads the change table in
     # __$command_id order, the order Microsoft documents; "function" reads
     # cdc.fn_cdc_get_all_changes_<instance> (no __$command_id) and re-reads from the change table a
-    # transaction whose __$seqval order is ambiguous (stream.seqval_order_is_ambiguous).
+    # transaction whose __$seqval order is ambiguous (commit_order.seqval_order_is_ambiguous).
     data_query_mode: str = "direct"
     # Debezium's snapshot.isolation.mode (the ones that need no table locks): docs/sqlserver.md.
     snapshot_isolation_mode: str = "snapshot"
@@ -342,7 +342,7 @@ class SqlServerRun(SourceRun):
         self, offset: CaptureOffset | None, requested: Any, now_ms: int, *, until: datetime | None = None
     ) -> StreamPlan:
         from airflow_provider_cdc.cdc.sources.sqlserver import admin
-        from airflow_provider_cdc.cdc.sources.sqlserver.stream import ChangesPurgedError
+        from airflow_provider_cdc.cdc.sources.sqlserver.change_queries import ChangesPurgedError
 
         newest = admin.max_lsn(self.conn)
         current = SqlServerLsn(0) if newest is None else newest.next()  # windows end before their `to`

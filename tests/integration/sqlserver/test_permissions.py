@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_cdc.cdc.basics.errors import CdcStateError, ServerConfigurationError
 from airflow_provider_cdc.cdc.basics.tables import TableRef
-from airflow_provider_cdc.cdc.sources.sqlserver import admin, stream
+from airflow_provider_cdc.cdc.sources.sqlserver import admin, change_queries
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 
 LOGIN, PASSWORD = "cdc_perm_reader", "s3cret!"
@@ -63,9 +63,9 @@ def test_an_unauthorized_caller_is_told_the_grants_not_that_the_instance_is_gone
 def test_check_retention_does_not_take_unauthorized_for_disabled(gated):
     _, conn = gated
     table = _described(conn)
-    part = stream.InstanceRange(table.instances[0], SqlServerLsn(1), SqlServerLsn(2))
+    part = change_queries.InstanceRange(table.instances[0], SqlServerLsn(1), SqlServerLsn(2))
     with pytest.raises(ServerConfigurationError, match="ADD MEMBER") as raised:
-        stream.check_retention(conn, [part], {"dbo_orders"})
+        change_queries.check_retention(conn, [part], {"dbo_orders"})
     assert not isinstance(raised.value, CdcStateError)
 
 

@@ -66,7 +66,7 @@ STATEMENTS: list[str] = [
     "ORDER BY [__$start_lsn] ASC, [__$seqval] ASC, [__$operation] ASC",
     "SELECT * FROM [cdc].[dbo_orders_CT] WHERE [__$start_lsn] >= ? AND [__$start_lsn] <= ? "
     "ORDER BY [__$start_lsn], [__$command_id], [__$seqval], [__$operation]",
-    # stream.changes_sql (direct; function mode re-reads one transaction so, with "= ?"): the
+    # change_queries.changes_sql (direct; function mode re-reads one transaction so, with "= ?"): the
     # update-mask flag of a column a before image may not carry.
     "SELECT __$start_lsn, __$seqval, __$operation, __$command_id, [id] AS [id], "
     "sys.fn_cdc_has_column_changed(N'dbo_orders', N'name', __$update_mask) AS [__$changed_name] "

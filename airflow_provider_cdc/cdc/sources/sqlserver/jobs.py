@@ -19,25 +19,25 @@ from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
+from airflow_provider_cdc.cdc.sources.sqlserver.change_queries import (
+    changes_sql,
+    check_retention,
+    instance_ranges,
+    readable,
+)
 from airflow_provider_cdc.cdc.sources.sqlserver.chunks import (
     SignalTable,
     SqlServerChunkPositions,
     SqlServerChunkReader,
     emit_chunk,
 )
+from airflow_provider_cdc.cdc.sources.sqlserver.commit_order import merged_changes
 from airflow_provider_cdc.cdc.sources.sqlserver.connection import connect
 from airflow_provider_cdc.cdc.sources.sqlserver.events import TableEncoder
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.snapshot import KeyRange, SnapshotPoint, plan_key_ranges, read_partition
 from airflow_provider_cdc.cdc.sources.sqlserver.spec import SqlServerJobSpec
-from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
-    WindowReader,
-    changes_sql,
-    check_retention,
-    instance_ranges,
-    merged_changes,
-    readable,
-)
+from airflow_provider_cdc.cdc.sources.sqlserver.stream import WindowReader
 from airflow_provider_cdc.cdc.sources.sqlserver.tables import TableInfo
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,13 @@ transaction's BEGIN and END rows (with per-table counts) go with the chunk that 
 
 Each instance is read on its own connection (a cursor per instance, fetched in pages): drivers
 differ in whether one connection can interleave several open result sets.
+
+Here: :class:`WindowReader`, the rows to events. Which instance reads which range, and the
+queries, are :mod:`.change_queries`; the merge in commit order is :mod:`.commit_order`.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -46,164 +48,22 @@ from airflow_provider_cdc.cdc.basics.tables import TableRef
 from airflow_provider_cdc.cdc.basics.window import Window
 from airflow_provider_cdc.cdc.events.envelope import Op, transaction_batch, transaction_rows
 from airflow_provider_cdc.cdc.events.settings import EventContext, EventSettings
-from airflow_provider_cdc.cdc.sources.sqlserver import admin, server_clock
-from airflow_provider_cdc.cdc.sources.sqlserver.connection import quote
+from airflow_provider_cdc.cdc.sources.sqlserver import server_clock
+from airflow_provider_cdc.cdc.sources.sqlserver.change_queries import uncarried_columns
 from airflow_provider_cdc.cdc.sources.sqlserver.events import (
-    SOURCE_BLOCK,
     StreamEventBuffer,
     TableEncoder,
 )
 from airflow_provider_cdc.cdc.sources.sqlserver.lsn import SqlServerLsn
 from airflow_provider_cdc.cdc.sources.sqlserver.tables import CaptureInstance, TableInfo
-from airflow_provider_cdc.cdc.sources.sqlserver.types import MAX
 
 log = logging.getLogger(__name__)
 
-FETCH_ROWS = 2000
-#: Function mode: a transaction's rows of one table held to check their order; beyond, read in order.
-BUFFERED_TRANSACTION_ROWS = 10 * FETCH_ROWS
 _OPS = {1: Op.DELETE, 2: Op.CREATE, 4: Op.UPDATE}
 
 
 #: A before-image value SQL Server left out because the column did not change: the after image's.
 _FROM_AFTER = object()
-
-
-class ChangesPurgedError(CdcStateError):
-    """The cleanup job removed change rows the window still needed (retention too short)."""
-
-
-@dataclass(frozen=True)
-class InstanceRange:
-    """One capture instance's part of a window: commit LSNs in ``[low, high)``."""
-
-    instance: CaptureInstance
-    low: SqlServerLsn
-    high: SqlServerLsn
-
-
-def instance_ranges(
-    tables: Sequence[TableInfo], window_from: SqlServerLsn, window_to: SqlServerLsn
-) -> list[InstanceRange]:
-    """Which instance reads which part of the window: each instance from its ``start_lsn`` (the
-    window's start for the oldest) up to the next instance's ``start_lsn``."""
-    out = []
-    for table in tables:
-        instances = table.instances
-        for i, instance in enumerate(instances):
-            low = window_from if i == 0 else max(window_from, instance.start_lsn or window_from)
-            high = window_to
-            if i + 1 < len(instances) and instances[i + 1].start_lsn is not None:
-                high = min(window_to, instances[i + 1].start_lsn)
-            if low < high:
-                out.append(InstanceRange(instance, SqlServerLsn(low), SqlServerLsn(high)))
-    return out
-
-
-def readable(ranges: Sequence[InstanceRange]) -> list[InstanceRange]:
-    """The ranges from where each instance's changes begin: SQL Server refuses a range that starts
-    before an instance's start_lsn (error 313), and an instance created on a quiet database starts
-    above the window's start. Call after :func:`check_retention`, which tells that from a purge."""
-    out = []
-    for part in ranges:
-        start = part.instance.start_lsn
-        low = max(part.low, SqlServerLsn(start)) if start is not None else part.low
-        if low < part.high:
-            out.append(InstanceRange(part.instance, SqlServerLsn(low), part.high))
-    return out
-
-
-#: Columns a change row may not carry (Learn, cdc.fn_cdc_get_all_changes_<capture_instance>,
-#: Remarks): image/text/ntext are NULL when __$operation is 1 or 3; varchar(max)/nvarchar(max)/
-#: varbinary(max) are NULL when it is 3 unless the column changed. (Computed columns, always NULL,
-#: are not captured at all: types.CATALOG_SQL, admin.CAPTURED_COLUMNS_SQL.)
-_LOB_TYPES = ("text", "ntext", "image")
-_MAX_TYPES = ("varchar", "nvarchar", "varbinary")
-
-
-def uncarried_columns(encoder: TableEncoder) -> list[tuple[int, str]]:
-    """``(index, "lob" | "max")`` of the encoder's columns whose before image SQL Server may leave NULL."""
-    out = []
-    for i, column in enumerate(encoder.columns):
-        if column.type.name in _LOB_TYPES:
-            out.append((i, "lob"))
-        elif column.type.name in _MAX_TYPES and column.type.max_length == MAX:
-            out.append((i, "max"))
-    return out
-
-
-def _literal(text: str) -> str:
-    return text.replace("'", "''")
-
-
-@dataclass(frozen=True)
-class ChangesQuery:
-    """How one instance's change rows are read. ``sql`` reads ``[?, ?]`` (both inclusive); its rows
-    are ``__$start_lsn, __$seqval, __$operation``, then ``__$command_id`` when ``command_ids``, then
-    the captured columns. ``transaction_sql`` reads one transaction (``__$start_lsn = ?``) from the
-    change table in ``__$command_id`` order, with ``__$command_id``: function mode uses it for a
-    transaction whose ``__$seqval`` order may be wrong. After the captured columns, a row has one
-    ``__$update_mask`` flag (changed or not) per :func:`uncarried_columns`. ``key_positions``: the
-    key's columns in a row without ``__$command_id``."""
-
-    sql: str
-    command_ids: bool
-    transaction_sql: str
-    key_positions: tuple[int, ...]
-
-
-_METADATA = "__$start_lsn, __$seqval, __$operation"
-# Microsoft: __$seqval "Should not be used for ordering. Instead, use the __$command_id column"
-# (cdc.<capture_instance>_CT); Debezium's direct mode orders so too (SqlServerConnection.java).
-_COMMAND_ORDER = "ORDER BY __$start_lsn, __$command_id, __$seqval, __$operation"
-
-
-def changes_sql(instance: CaptureInstance, encoder: TableEncoder, mode: str) -> ChangesQuery:
-    """The T-SQL that reads one instance's change rows, ordered (see :class:`ChangesQuery`)."""
-    table = quote(f"{instance.name}_CT")
-    columns = encoder.select_list() + "".join(
-        f", sys.fn_cdc_has_column_changed(N'{_literal(instance.name)}', N'{_literal(encoder.columns[i].name)}', "
-        f"__$update_mask) AS {quote('__$changed_' + encoder.columns[i].name)}"
-        for i, _kind in uncarried_columns(encoder)
-    )
-    direct = f"SELECT {_METADATA}, __$command_id, {columns} FROM cdc.{table} "
-    transaction_sql = direct + "WHERE __$start_lsn = ? " + _COMMAND_ORDER
-    keys = tuple(3 + i for i in encoder.key_indexes)
-    if mode == "function":
-        function = quote(f"fn_cdc_get_all_changes_{instance.name}")
-        sql = (
-            f"SELECT {_METADATA}, {columns} FROM cdc.{function}(?, ?, N'all update old') "
-            "ORDER BY __$start_lsn, __$seqval, __$operation"
-        )
-        return ChangesQuery(sql, False, transaction_sql, keys)
-    sql = direct + "WHERE __$start_lsn >= ? AND __$start_lsn <= ? " + _COMMAND_ORDER
-    return ChangesQuery(sql, True, transaction_sql, keys)
-
-
-def check_retention(
-    conn: Any, ranges: Sequence[InstanceRange], known: set[str], starts: dict[str, str] | None = None
-) -> None:
-    """Fail when the cleanup job purged changes a range needs: an instance read before (``known``)
-    whose oldest change is now past the range's start, and past where it started when a window first
-    saw it (``starts``: an instance created on a quiet database starts above the capture job's
-    newest LSN, and has lost nothing). A new instance starts where it starts."""
-    starts = starts or {}
-    for part in ranges:
-        oldest = admin.min_lsn(conn, part.instance.name)
-        if oldest is None:
-            raise CdcStateError(
-                f"capture instance {part.instance.name!r} of {part.instance.table} no longer exists: it was disabled "
-                "(sys.sp_cdc_disable_table) while the capture still needed its changes. Re-enable CDC on the table "
-                "and re-snapshot (snapshot_mode='when_needed' or 'always')"
-            )
-        unmoved = starts.get(part.instance.name) == str(oldest)
-        if part.instance.name in known and oldest > part.low and not unmoved:
-            raise ChangesPurgedError(
-                f"the changes of capture instance {part.instance.name!r} from {part.low} are gone: its oldest change "
-                f"is now {oldest} (the cleanup job's retention is shorter than the time between runs). "
-                "Re-snapshot (snapshot_mode='when_needed' records the gap and re-snapshots), and raise the retention "
-                "(sys.sp_cdc_change_job @job_type = N'cleanup', @retention = <minutes>)"
-            )
 
 
 @dataclass
@@ -436,143 +296,4 @@ class WindowReader:
         self.stats.chunk_written(log, batches)
 
 
-#: Where a change row sits among other tables' rows: (commit LSN, __$seqval, __$operation).
-MergeKey = tuple[bytes, bytes, int]
-
-
-def merged_changes(
-    connect: Callable[[], Any],
-    ranges: Sequence[InstanceRange],
-    query_for: Callable[[CaptureInstance], ChangesQuery],
-) -> Iterator[tuple[CaptureInstance, tuple]]:
-    """The change rows of every range (``start_lsn, seqval, operation, values...``). Each table's
-    rows keep their own order (``__$command_id``'s where read); the tables' streams are merged by
-    (commit LSN, ``__$seqval``, operation), the log position, as Debezium merges change tables
-    (TxLogPosition): ``__$command_id`` orders the changes of one change table, and nothing documents
-    it as comparable across tables."""
-    opened: list[Any] = []
-
-    def pages(conn: Any, sql: str, *params: Any) -> Iterator[tuple]:
-        cursor = conn.cursor()
-        cursor.execute(sql, *params)
-        while True:
-            page = cursor.fetchmany(FETCH_ROWS)
-            if not page:
-                break
-            for row in page:
-                yield tuple(row)
-        cursor.close()
-
-    def keyed(part: InstanceRange) -> Iterator[tuple[MergeKey, CaptureInstance, tuple]]:
-        conn = connect()
-        opened.append(conn)
-        query = query_for(part.instance)
-        rows = pages(conn, query.sql, part.low.to_bytes(), part.high.previous().to_bytes())
-        if query.command_ids:
-            ordered = (_without_command_id(row) for row in rows)
-        else:
-            # A connection of its own: the first one's result set is still open (no MARS).
-            second: list[Any] = []
-
-            def read_transaction(lsn: bytes) -> Iterator[tuple]:
-                if not second:
-                    second.append(connect())
-                    opened.append(second[0])
-                return pages(second[0], query.transaction_sql, lsn)
-
-            ordered = _in_command_order(rows, query, read_transaction)
-        for key, row in ordered:
-            yield key, part.instance, row
-
-    try:
-        for _key, instance, row in heapq.merge(*(keyed(p) for p in ranges), key=lambda item: item[0]):
-            yield instance, row
-    finally:
-        for conn in opened:
-            try:
-                conn.close()
-            except Exception:
-                pass
-
-
-def _without_command_id(row: tuple) -> tuple[MergeKey, tuple]:
-    """A change-table row's merge key, and the row without its ``__$command_id``."""
-    return (bytes(row[0]), bytes(row[1]), int(row[2])), row[:3] + row[4:]
-
-
-def _in_command_order(
-    rows: Iterator[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
-) -> Iterator[tuple[MergeKey, tuple]]:
-    """Function-mode rows (no ``__$command_id``), one transaction at a time: as read, unless the
-    ``__$seqval`` order may be wrong (:func:`seqval_order_is_ambiguous`); then the transaction is
-    read again from the change table in ``__$command_id`` order. Holds up to
-    :data:`BUFFERED_TRANSACTION_ROWS` rows of one table's transaction in memory; a larger one is
-    read from the change table, streamed, whether ambiguous or not."""
-    transaction: list[tuple] = []
-    skipping: bytes | None = None  # a large transaction read from the change table instead
-    for row in rows:
-        lsn = bytes(row[0])
-        if lsn == skipping:
-            continue
-        if transaction and lsn != bytes(transaction[0][0]):
-            yield from _transaction_in_order(transaction, query, read_transaction)
-            transaction = []
-        transaction.append(row)
-        if len(transaction) > BUFFERED_TRANSACTION_ROWS:
-            skipping, transaction = lsn, []
-            yield from (_without_command_id(r) for r in read_transaction(lsn))
-    if transaction:
-        yield from _transaction_in_order(transaction, query, read_transaction)
-
-
-def _transaction_in_order(
-    transaction: list[tuple], query: ChangesQuery, read_transaction: Callable[[bytes], Iterator[tuple]]
-) -> Iterator[tuple[MergeKey, tuple]]:
-    if not seqval_order_is_ambiguous(transaction, query.key_positions):
-        for row in transaction:
-            yield (bytes(row[0]), bytes(row[1]), int(row[2])), row
-        return
-    again = [_without_command_id(row) for row in read_transaction(bytes(transaction[0][0]))]
-    if len(again) != len(transaction):  # cannot happen while the window is below the cleanup's low water mark
-        raise CdcStateError(
-            f"the change table holds {len(again)} rows of transaction {SqlServerLsn(bytes(transaction[0][0]))} where "
-            f"the change function returned {len(transaction)}: the cleanup job ran while it was read. Run the "
-            "window again"
-        )
-    log.info("transaction %s re-read in __$command_id order", SqlServerLsn(bytes(transaction[0][0])))
-    yield from again
-
-
-def seqval_order_is_ambiguous(transaction: Sequence[tuple], key_positions: Sequence[int]) -> bool:
-    """Whether a transaction's rows in ``__$seqval`` order insert a key (2) and later delete it (1).
-
-    That is what an ``INSERT`` then a ``DELETE`` of the key looks like, and also a deferred update
-    (an update of a key or unique column: a delete and an insert per row) whose insert SQL Server
-    logged first (KB3030352: "an insert operation may unexpectedly appear before a delete
-    operation"; ``__$seqval`` "should not be used for ordering", cdc.<capture_instance>_CT). Only
-    ``__$command_id`` tells them apart. Without a key, any delete after an insert counts."""
-    inserted: set[tuple] = set()
-    for row in transaction:
-        key = tuple(row[i] for i in key_positions)
-        operation = int(row[2])
-        if operation == 2:
-            inserted.add(key)
-        elif operation == 1 and key in inserted:
-            return True
-    return False
-
-
-__all__ = [
-    "SOURCE_BLOCK",
-    "ChangesPurgedError",
-    "ChangesQuery",
-    "InstanceRange",
-    "WindowReader",
-    "changes_sql",
-    "check_retention",
-    "instance_ranges",
-    "merged_changes",
-    "readable",
-    "seqval_order_is_ambiguous",
-    "uncarried_columns",
-]
+__all__ = ["WindowReader"]

@@ -1,4 +1,4 @@
-"""Order inside a transaction in function mode (stream.seqval_order_is_ambiguous and the re-read).
+"""Order inside a transaction in function mode (commit_order.seqval_order_is_ambiguous and the re-read).
 
 Rows are ``(__$start_lsn, __$seqval, __$operation, id, name)`` as the change function returns them;
 re-read rows carry ``__$command_id`` after the operation, as the change table does.
@@ -6,11 +6,8 @@ re-read rows carry ``__$command_id`` after the operation, as the change table do
 
 from __future__ import annotations
 
-from airflow_provider_cdc.cdc.sources.sqlserver.stream import (
-    ChangesQuery,
-    _in_command_order,
-    seqval_order_is_ambiguous,
-)
+from airflow_provider_cdc.cdc.sources.sqlserver.change_queries import ChangesQuery
+from airflow_provider_cdc.cdc.sources.sqlserver.commit_order import _in_command_order, seqval_order_is_ambiguous
 
 T1, T2 = b"\x00" * 9 + b"\x01", b"\x00" * 9 + b"\x02"
 
@@ -58,9 +55,9 @@ def test_only_an_ambiguous_transaction_is_read_again_in_command_id_order():
 
 
 def test_a_transaction_too_large_to_hold_is_read_from_the_change_table(monkeypatch):
-    from airflow_provider_cdc.cdc.sources.sqlserver import stream
+    from airflow_provider_cdc.cdc.sources.sqlserver import commit_order
 
-    monkeypatch.setattr(stream, "BUFFERED_TRANSACTION_ROWS", 2)
+    monkeypatch.setattr(commit_order, "BUFFERED_TRANSACTION_ROWS", 2)
     rows = [(T1, _seq(i), 2, i, "n") for i in range(1, 5)] + [(T2, _seq(9), 2, 9, "n")]
     asked: list[bytes] = []
 
