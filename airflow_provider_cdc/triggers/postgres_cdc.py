@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -37,7 +38,48 @@ DEFAULT_CHECK_TIMEOUT = 60.0
 T = TypeVar("T")
 
 
-class PostgresCdcChangesTrigger(BaseTrigger):
+class SlotTrigger(BaseTrigger):
+    """What both slot triggers share: the connection and slot they watch, how often and how long
+    a poll may take, their serialized form, and the login before the first poll. A subclass adds
+    its own arguments (:meth:`own_arguments`) and its polls (:meth:`watch`)."""
+
+    def __init__(self, postgres_conn_id: str, slot_name: str, poll_interval: float, check_timeout: float):
+        super().__init__()
+        self.postgres_conn_id = postgres_conn_id
+        self.slot_name = slot_name
+        self.poll_interval = poll_interval
+        self.check_timeout = check_timeout
+
+    def own_arguments(self) -> dict[str, Any]:
+        """The subclass's constructor arguments, serialized with the shared ones."""
+        return {}
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "postgres_conn_id": self.postgres_conn_id,
+                "slot_name": self.slot_name,
+                **self.own_arguments(),
+                "poll_interval": self.poll_interval,
+                "check_timeout": self.check_timeout,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
+        if isinstance(login, TriggerEvent):
+            yield login
+            return
+        async for event in self.watch(login):
+            yield event
+
+    @abstractmethod
+    def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
+        """The polls after the login, until the one event the trigger fires."""
+
+
+class PostgresCdcChangesTrigger(SlotTrigger):
     """Polls ``pg_replication_slots`` with psycopg's async connection every ``poll_interval``.
 
     Fires ``{"status": "success"}`` when enough WAL is pending (and, with ``publication_name``,
@@ -55,32 +97,14 @@ class PostgresCdcChangesTrigger(BaseTrigger):
         publication_name: str | None = None,
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     ):
-        super().__init__()
-        self.postgres_conn_id = postgres_conn_id
-        self.slot_name = slot_name
+        super().__init__(postgres_conn_id, slot_name, poll_interval, check_timeout)
         self.min_pending_bytes = min_pending_bytes
-        self.poll_interval = poll_interval
         self.publication_name = publication_name
-        self.check_timeout = check_timeout
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "postgres_conn_id": self.postgres_conn_id,
-                "slot_name": self.slot_name,
-                "min_pending_bytes": self.min_pending_bytes,
-                "poll_interval": self.poll_interval,
-                "publication_name": self.publication_name,
-                "check_timeout": self.check_timeout,
-            },
-        )
+    def own_arguments(self) -> dict[str, Any]:
+        return {"min_pending_bytes": self.min_pending_bytes, "publication_name": self.publication_name}
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
-        if isinstance(login, TriggerEvent):
-            yield login
-            return
+    async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         while True:
             reading = await _read_slot(login, self.slot_name, self.check_timeout, self.publication_name)
             if isinstance(reading, TriggerEvent):
@@ -95,7 +119,7 @@ class PostgresCdcChangesTrigger(BaseTrigger):
             await asyncio.sleep(self.poll_interval)
 
 
-class PostgresCdcSlotHealthTrigger(BaseTrigger):
+class PostgresCdcSlotHealthTrigger(SlotTrigger):
     """Watches a slot's health every ``poll_interval`` for ``watch_seconds``.
 
     Fires ``{"status": "unhealthy"}`` as soon as a threshold is crossed (or the slot is missing or
@@ -112,32 +136,14 @@ class PostgresCdcSlotHealthTrigger(BaseTrigger):
         watch_seconds: float = 0.0,
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     ):
-        super().__init__()
-        self.postgres_conn_id = postgres_conn_id
-        self.slot_name = slot_name
+        super().__init__(postgres_conn_id, slot_name, poll_interval, check_timeout)
         self.thresholds = thresholds
-        self.poll_interval = poll_interval
         self.watch_seconds = watch_seconds
-        self.check_timeout = check_timeout
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "postgres_conn_id": self.postgres_conn_id,
-                "slot_name": self.slot_name,
-                "thresholds": self.thresholds,
-                "poll_interval": self.poll_interval,
-                "watch_seconds": self.watch_seconds,
-                "check_timeout": self.check_timeout,
-            },
-        )
+    def own_arguments(self) -> dict[str, Any]:
+        return {"thresholds": self.thresholds, "watch_seconds": self.watch_seconds}
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
-        if isinstance(login, TriggerEvent):
-            yield login
-            return
+    async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         thresholds = HealthThresholds.from_dict(self.thresholds)
         deadline = time.monotonic() + self.watch_seconds
         while True:
