@@ -38,6 +38,9 @@ Op = pb.RowMessage
 _IGNORED = frozenset((Op.BEGIN, Op.COMMIT, Op.SAFEPOINT))
 
 
+# -- table versions ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class SnapshotTable:
     """A captured table of the stream as its DDL record describes it at the snapshot time:
