@@ -14,7 +14,9 @@ throwaway PostgreSQL 15, then measures, on that same backlog:
 - window (stream), window (sql): the capture job reading that window end to end (slot → decoded
   events → committed Parquet with the transaction side table, local sink, no Spark) with each
   ``window_reader``, each run in its own subprocess so its CPU time and peak RSS are its own;
-  for the SQL reader also the server's temporary-file bytes (``pg_stat_database.temp_bytes``).
+  for the SQL reader also the server's temporary-file bytes (``pg_stat_database.temp_bytes``);
+- server CPU: what the server's processes used for the peek and for each reader's window
+  (``BENCH_SPLIT_MIN_BYTES=<huge>`` reads every SQL window as one range, as before the split).
 
 The job never acknowledges the slot, so every repetition reads the same backlog. Figures are
 medians; the ratios are what to compare across machines.
@@ -93,6 +95,10 @@ def run_child(spec_file: str, profile: str | None) -> int:
         from airflow_provider_cdc.cdc.sources.postgres import sql_window
 
         sql_window.PREFETCH_BATCHES = int(os.environ["BENCH_PREFETCH"])
+    if os.environ.get("BENCH_SPLIT_MIN_BYTES"):  # e.g. a huge value: one range, as before the split
+        from airflow_provider_cdc.cdc.sources.postgres import sql_window
+
+        sql_window.SPLIT_MIN_BYTES = int(os.environ["BENCH_SPLIT_MIN_BYTES"])
     if os.environ.get("BENCH_BATCH_BYTES"):
         from airflow_provider_cdc.cdc.sources.postgres import sql_window
 
@@ -148,6 +154,28 @@ def window_in_subprocess(spec, reader: str, profile: str | None = None) -> dict:
     if profile:
         print(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def server_cpu(cluster) -> float:
+    """CPU seconds the server has used so far: its live processes', and what its exited backends
+    used (the postmaster's reaped children). Read around a window, it is that window's server cost."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = (Path("/proc") / entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(entry) == postmaster:
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])  # own + reaped children
+        elif int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def temp_bytes(cluster) -> int:
@@ -207,8 +235,10 @@ def main() -> int:
         ceilings: list[float] = []
         runs: dict[str, list[dict]] = {reader: [] for reader in readers}
         temps: list[int] = []
+        servers: dict[str, list[float]] = {"peek": [], **{reader: [] for reader in readers}}
         for attempt in range(args.repeat):
             with cluster.connect("bench") as conn:
+                cpu = server_cpu(cluster)
                 t0 = time.perf_counter()
                 rows = conn.execute(
                     "SELECT count(*) FROM pg_logical_slot_peek_binary_changes("
@@ -216,6 +246,7 @@ def main() -> int:
                     (str(target),),
                 ).fetchone()[0]
                 limits.append(time.perf_counter() - t0)
+                servers["peek"].append(server_cpu(cluster) - cpu)
             ceiling = recvlogical_seconds(cluster, target)
             if ceiling is not None:
                 ceilings.append(ceiling)
@@ -224,20 +255,24 @@ def main() -> int:
                 window = Window(1, "stream", status.confirmed_flush_lsn, target, 1)
                 spec = workload.job_spec(cluster, window, sink, max_changes_per_chunk=args.chunk)
                 profile = args.profile if attempt == args.repeat - 1 and reader == "sql" else None
-                before = temp_bytes(cluster)
+                before, cpu = temp_bytes(cluster), server_cpu(cluster)
                 result = window_in_subprocess(spec, reader, profile)
+                # Two windows (the warm-up and the measured) and their backends have exited.
+                servers[reader].append((server_cpu(cluster) - cpu) / 2)
                 if reader == "sql":
-                    # The reader's backends flushed their stats at exit; two windows: the warm-up and the measured.
+                    # The reader's backends flushed their stats at exit.
                     temps.append((temp_bytes(cluster) - before) // 2)
                 assert result["events"] == args.changes, (result["events"], args.changes)
                 assert not result["spark"]
                 runs[reader].append(result)
                 shutil.rmtree(sink)
-        report(args, rows, limits, ceilings, runs, temps)
+        report(args, rows, limits, ceilings, runs, temps, servers)
     return 0
 
 
-def report(args, rows: int, limits: list[float], ceilings: list[float], runs: dict, temps: list[int]) -> None:
+def report(
+    args, rows: int, limits: list[float], ceilings: list[float], runs: dict, temps: list[int], servers: dict
+) -> None:
     import workload
 
     limit = statistics.median(limits)
@@ -275,6 +310,10 @@ def report(args, rows: int, limits: list[float], ceilings: list[float], runs: di
             f"sql: server temporary files per window: {statistics.median(temps) / 1e6:.1f} MB "
             f"({statistics.median(temps) / args.changes:.0f} bytes/change)"
         )
+    print(
+        "server CPU per window (s, median): "
+        + ", ".join(f"{name} {statistics.median(values):.2f}" for name, values in servers.items() if values)
+    )
     if ceiling is not None:
         print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
 

@@ -25,7 +25,7 @@ from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationCon
 from airflow_provider_cdc.cdc.sources.postgres.stream import MARKER_PREFIX, WindowCollector
 from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
 from tests.support.databases import stream_window
-from tests.support.readers import assert_readers_agree, no_spark, run_with
+from tests.support.readers import assert_readers_agree, landed, no_spark, run_with
 
 TABLES = ["public.items", "public.wide"]
 
@@ -78,10 +78,12 @@ def streamed_frames(db, start, end) -> list[tuple[int, bytes]]:
     raise AssertionError("the stream ended before the marker")
 
 
-def sql_rows(db, start, end, *, confirmed=None, prefetch=None) -> list[tuple[int, bytes]]:
+def sql_rows(db, start, end, *, confirmed=None, prefetch=None, split_at=None) -> list[tuple[int, bytes]]:
     with sql_window.SqlWindowReader(db.info, prefetch=prefetch) as reader:
         batches = list(
-            reader.batches(db.slot, int(start), int(end), options(db), confirmed_flush=int(confirmed or start))
+            reader.batches(
+                db.slot, int(start), int(end), options(db), confirmed_flush=int(confirmed or start), split_at=split_at
+            )
         )
     assert all(b.schema == sql_window.SCHEMA for b in batches)
     return [(row["lsn"], row["data"]) for b in batches for row in b.to_pylist()]
@@ -129,6 +131,70 @@ def test_both_readers_land_the_same_events(shop, tmp_path):
     for chunk in (7, 100_000):  # chunks cut inside transactions too
         spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, max_changes_per_chunk=chunk)
         assert_readers_agree(spec, tmp_path / f"chunk{chunk}")
+    assert confirmed_flush(db) == start
+
+
+def spanning_workload(db) -> tuple[int, int]:
+    """Small transactions on both sides of the window's split point, one transaction that begins
+    before it and commits after it, non-transactional messages all along; the window's end and
+    its split point (as the job chooses it)."""
+    with db.connect() as conn, db.connect() as spanning:
+        spanning.execute("BEGIN")
+        spanning.execute("INSERT INTO items VALUES (100000, 'spans the split', 1)")
+        for batch in range(120):
+            with conn.transaction():
+                first = batch * 50 + 1
+                conn.execute(
+                    "INSERT INTO items SELECT g, 'x', g FROM generate_series(%s::int, %s::int) g", (first, first + 49)
+                )
+                conn.execute("UPDATE items SET qty = qty + 1 WHERE id = %s", (first,))
+            if batch % 10 == 0:
+                conn.execute("SELECT pg_logical_emit_message(false, 'app', %s)", (str(batch),))
+                spanning.execute("UPDATE items SET qty = qty + %s WHERE id = 100000", (batch,))
+        spanning.execute("COMMIT")
+        conn.execute("DELETE FROM items WHERE id % 7 = 0")
+    end = db.current_lsn()
+    return end, sql_window.split_point(int(db.slot_status().confirmed_flush_lsn), int(end), 8192)
+
+
+def test_a_split_point_is_inside_the_window_and_inside_a_wal_page():
+    """8-byte aligned and past any page header, so no WAL record starts at or after it and is
+    still decoded by the first range (see split_point); small windows are not split."""
+    assert sql_window.split_point(0, sql_window.SPLIT_MIN_BYTES - 1, 8192) is None
+    for start, span, page in ((0, 2**25, 8192), (0x16B3F28, 3 * 2**26 + 13, 8192), (5, 2**30, 65536)):
+        point = sql_window.split_point(start, start + span, page)
+        assert point is not None and start < point < start + span
+        assert point % 8 == 0 and point % page == page // 2
+
+
+def test_a_window_split_in_two_ranges_is_the_same_messages(shop, monkeypatch):
+    """Read as ``[start, m)`` on the slot and ``[m, end)`` on a temporary copy advanced to ``m``:
+    every transaction whole and once (also the one begun before ``m`` and committed after it),
+    in commit order; the copy's new decoding session repeats a Relation message, nothing else."""
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    end, middle = spanning_workload(db)
+    assert middle is not None and start < middle < end
+    whole = sql_rows(db, start, end)
+    split = sql_rows(db, start, end, split_at=middle)
+    assert len(whole) > 7000
+    assert [row for row in split if row[1][:1] not in b"RY"] == [row for row in whole if row[1][:1] not in b"RY"]
+    assert {data for _, data in split if data[:1] == b"R"} == {data for _, data in whole if data[:1] == b"R"}
+    commits = [int.from_bytes(data[2:10], "big") for _, data in whole if data[:1] == b"C"]
+    assert min(commits) < middle < max(commits)  # transactions on both sides of the split
+    assert confirmed_flush(db) == start
+    with db.connect() as conn:  # each copy went with its session
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE temporary").fetchone()[0] == 0
+
+
+def test_both_readers_land_the_same_events_from_a_split_window(shop, tmp_path, monkeypatch):
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    end, _ = spanning_workload(db)
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, max_changes_per_chunk=1000)
+    assert_readers_agree(spec, tmp_path / "split")
+    entry = run_with(spec, "sql", tmp_path / "again")
+    assert entry.dataset("t.public.items").ops == {"c": 6001, "u": 132, "d": 857}
     assert confirmed_flush(db) == start
 
 
@@ -199,6 +265,33 @@ def test_auto_streams_a_window_the_server_cannot_materialise(shop, tmp_path):
     finally:
         db.execute(f"ALTER DATABASE {quote_ident(db.name)} RESET temp_file_limit")
     assert entry.dataset("t.public.items").ops == {"c": 60000}
+    assert confirmed_flush(db) == start
+
+
+def test_auto_streams_the_second_range_when_the_server_cannot_materialise_it(shop, tmp_path, monkeypatch):
+    """A split window whose first range the server builds in memory and whose second (a large
+    transaction committed after the split point) it cannot: ``auto`` keeps the first range and
+    streams from the split point on."""
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    db.execute("INSERT INTO items SELECT g, 'small', g FROM generate_series(1, 10) g")
+    db.execute("INSERT INTO items SELECT g, repeat(md5(g::text), 4), g FROM generate_series(11, 60010) g")
+    end = db.current_lsn()
+    middle = sql_window.split_point(int(start), int(end), 8192)
+    assert middle is not None and middle < end
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path)
+    db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET temp_file_limit = '1MB'")
+    try:
+        assert len(sql_rows(db, start, middle)) == 13  # the first range alone: built in memory
+        with pytest.raises(sql_window.SqlWindowUnavailable, match="window_reader='stream'"):
+            run_with(spec, "sql", tmp_path / "sql")
+        entry = run_with(spec, "auto", tmp_path / "auto")
+    finally:
+        db.execute(f"ALTER DATABASE {quote_ident(db.name)} RESET temp_file_limit")
+    assert entry.dataset("t.public.items").ops == {"c": 60010}
+    stream = run_with(spec, "stream", tmp_path / "stream")
+    by_auto, by_stream = landed(tmp_path / "auto", entry), landed(tmp_path / "stream", stream)
+    assert by_auto["t.public.items"].drop_columns(["ts_ms"]).equals(by_stream["t.public.items"].drop_columns(["ts_ms"]))
     assert confirmed_flush(db) == start
 
 

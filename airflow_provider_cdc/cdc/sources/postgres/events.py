@@ -10,6 +10,7 @@ same values), which is what makes snapshot rows and stream rows identical.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -299,7 +300,14 @@ class ChunkTransactions:
 
 _OP_CODES = np.zeros(256, np.int8)
 _OP_CODES[[columnar.INSERT, columnar.UPDATE, columnar.DELETE, columnar.TRUNCATE]] = [0, 1, 2, 3]
-_OP_NAMES = pa.array([Op.CREATE, Op.UPDATE, Op.DELETE, Op.TRUNCATE], pa.string())
+
+
+@functools.cache
+def _op_names() -> pa.Array:
+    # Built on first use: an Arrow array from Python values makes pyarrow import pandas (~1 s of
+    # CPU, apache/arrow#34994), which tasks that import this module but build no events (setup)
+    # should not pay.
+    return pa.array([Op.CREATE, Op.UPDATE, Op.DELETE, Op.TRUNCATE], pa.string())
 
 
 class StreamEventBuffer:
@@ -460,7 +468,7 @@ class StreamEventBuffer:
             before=before,
             after=after,
             source=source,
-            op=_OP_NAMES.take(pa.array(_OP_CODES[rows.kinds])),
+            op=_op_names().take(pa.array(_OP_CODES[rows.kinds])),
             ts_ms=self.context.ts_ms,
             transaction=transaction,
             window_id=self.context.window_id,
@@ -479,7 +487,14 @@ class StreamEventBuffer:
         n = len(rows)
         if not image.present.any():
             return pa.nulls(n, encoder.layout.value_type), None
-        children = encoder.typed([rows.text(image, p) for p in encoder.positions])
+        texts = image.kinds == columnar.TEXT
+        fields = encoder.layout.value_fields
+        # A column without a value in this image (a key-only old tuple's other columns) is all
+        # null: no gather, no conversion.
+        children = [
+            encoder.typed_text(k, rows.text(image, p)) if texts[p].any() else pa.nulls(n, fields[k].type)
+            for k, p in enumerate(encoder.positions)
+        ]
         unchanged = None
         kept_toast = image.kinds[list(encoder.positions)] == columnar.UNCHANGED
         if toast and kept_toast.any():

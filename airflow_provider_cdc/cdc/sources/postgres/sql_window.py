@@ -27,14 +27,23 @@ measured in ``tests/integration/postgres/test_sql_window.py``):
   docs/architecture.md). One ``peek`` is both the fastest and the simplest.
 - The result is materialised server-side (a tuplestore: ``work_mem``, then a temporary file of
   about the window's output size) before the first row is sent; see :data:`MAX_SQL_WINDOW_BYTES`.
+  So a large window is read as two ranges split at an LSN (:func:`split_point`): the first by a
+  peek ``upto_lsn`` the split point, the second by a peek of a temporary copy of the slot
+  advanced to it, on a second session started at once, so the server builds the second result
+  while the client decodes the first. A copy decodes from its ``restart_lsn`` (a transaction
+  begun before the split point comes back whole) and returns what commits at or after its
+  ``confirmed_flush_lsn`` (the split point): each transaction once.
 
-The slot is never acknowledged here: a ``peek`` cannot, and the only consuming call
-(``pg_replication_slot_advance``, when the slot is behind the window's start) runs on a
-*temporary copy* of the slot, dropped with the session (also when the process is killed).
+The slot is never acknowledged here: a ``peek`` cannot, and the only consuming calls
+(``pg_replication_slot_advance``, when the slot is behind the window's start, and to the split
+point) run on *temporary copies* of the slot, dropped with their session (also when the process
+is killed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import queue
 import threading
@@ -84,6 +93,32 @@ PREFETCH_BATCHES = 1
 #: measured 20-25 MiB below 4 MiB in peak RSS at the same client CPU per change
 #: (``bench/stream_window.py --changes 200000 --chunk 100000``, two runs each).
 BATCH_SIZE_HINT_BYTES = 1024 * 1024
+
+
+#: A window of at least this many bytes of WAL is read as two ranges (:func:`split_point`): the
+#: server builds the second range's result on a second session while the client decodes the
+#: first, instead of the client waiting for the whole window's result. Below it, the second
+#: session's fixed cost (a connection, a slot copy) is more than the wait it saves.
+SPLIT_MIN_BYTES = 32 * 1024 * 1024
+
+
+def split_point(from_lsn: int, to_lsn: int, wal_block_size: int) -> int | None:
+    """Where the window ``[from_lsn, to_lsn)`` is split in two ranges, or None (too small).
+
+    A third into the window: the client starts on the first range early, and the server (both
+    results built at once, the second re-reading the first range's WAL without output) has the
+    second ready before the client is done with the first; measured: docs/architecture.md.
+
+    The middle of that WAL page, precisely: a peek ``upto_lsn = m`` decodes
+    every record that *starts* before ``m`` (it stops after the first one ending at or past it,
+    which starts before it because ``m`` is 8-byte aligned and not in a page header), and a copy
+    of the slot advanced to ``m`` returns exactly the transactions whose commit record starts at
+    or after ``m`` (and the non-transactional messages from there): the two ranges are the window,
+    each transaction whole and once, also one that began before ``m``."""
+    if to_lsn - from_lsn < max(SPLIT_MIN_BYTES, 4 * wal_block_size):
+        return None
+    third = from_lsn + (to_lsn - from_lsn) // 3
+    return third - third % wal_block_size + wal_block_size // 2
 
 
 def use_sql(window_reader: str, *, supported: bool, span_bytes: int) -> bool:
@@ -155,6 +190,7 @@ class SqlWindowReader:
         self._prefetch = PREFETCH_BATCHES if prefetch is None else prefetch
         self._conn: Any = None
         self._readers: list[Iterator[pa.RecordBatch]] = []
+        self._later: list[_LaterRange] = []
 
     def __enter__(self) -> SqlWindowReader:
         self._conn = _connect(self._info)
@@ -167,56 +203,101 @@ class SqlWindowReader:
         readers, self._readers = self._readers, []
         for batches in readers:
             batches.close()  # type: ignore[attr-defined]
+        later, self._later = self._later, []
+        for part in later:
+            part.close()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
     def batches(
-        self, slot: str, from_lsn: int, to_lsn: int, options: dict[str, str], *, confirmed_flush: int
+        self,
+        slot: str,
+        from_lsn: int,
+        to_lsn: int,
+        options: dict[str, str],
+        *,
+        confirmed_flush: int,
+        split_at: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """The window ``[from_lsn, to_lsn)`` of ``slot`` as Arrow batches in stream order.
         ``confirmed_flush``: the slot's, at most ``from_lsn``; when it is behind (an offset saved
         whose acknowledgement did not happen), a temporary copy advanced to ``from_lsn`` is read,
-        so the window starts where the walsender would start it. Closed with the reader at the
-        latest."""
+        so the window starts where the walsender would start it. ``split_at`` (see
+        :func:`split_point`): the window is read as ``[from_lsn, split_at)`` on this session and
+        ``[split_at, to_lsn)`` on a second one, whose result the server builds meanwhile; if the
+        second range fails before its first batch, :attr:`resume_lsn` says where it starts.
+        Closed with the reader at the latest."""
         if self._conn is None:
             raise CdcError("SqlWindowReader used outside its 'with' block")
-        batches = self._batches(slot, from_lsn, to_lsn, options, confirmed_flush)
+        if split_at is not None and not from_lsn < split_at < to_lsn:
+            raise ValueError(f"split point {split_at} is not inside the window [{from_lsn}, {to_lsn})")
+        batches = self._batches(slot, from_lsn, to_lsn, options, confirmed_flush, split_at)
         self._readers.append(batches)
         return batches
 
+    #: Where the rest of the window starts when a later range failed before its first batch (a
+    #: result the server could not build): everything before it was read. None otherwise.
+    resume_lsn: int | None = None
+
+    def split_point(self, from_lsn: int, to_lsn: int, *, confirmed_flush: int) -> int | None:
+        """:func:`split_point` of the window with this server's WAL page size, or None when the
+        server has no replication slot to spare for the second range's temporary copy (nor for
+        the first range's, when the slot is behind the window's start)."""
+        if self._conn is None:
+            raise CdcError("SqlWindowReader used outside its 'with' block")
+        (facts,) = self._conn.rows(
+            "SELECT current_setting('wal_block_size')::int AS page, current_setting('max_replication_slots')::int"
+            " - (SELECT count(*) FROM pg_replication_slots)::int AS spare"
+        )
+        needed = 2 if confirmed_flush < from_lsn else 1
+        return split_point(from_lsn, to_lsn, int(facts["page"])) if int(facts["spare"]) >= needed else None
+
     def _batches(
-        self, slot: str, from_lsn: int, to_lsn: int, options: dict[str, str], confirmed_flush: int
+        self,
+        slot: str,
+        from_lsn: int,
+        to_lsn: int,
+        options: dict[str, str],
+        confirmed_flush: int,
+        split_at: int | None,
     ) -> Iterator[pa.RecordBatch]:
+        later = None
+        if split_at is not None:  # started first: the server builds both results at once
+            later = _LaterRange(self._info, slot, split_at, lambda copy: window_query(copy, to_lsn, options))
+            self._later.append(later)
         source = slot
         if confirmed_flush < from_lsn:
-            source = self._copy_at(slot, from_lsn)
-        query = window_query(source, to_lsn, options)
-        statement, reader = self._execute(slot, query)
+            try:
+                source = _copy_at(self._conn, slot, _copy_name(slot), from_lsn)
+            except _DRIVER_ERRORS as exc:
+                raise self._error(slot, exc) from None
+            log.info("slot %r is behind the window's start: reading a temporary copy advanced to it", slot)
+        statement, reader = self._execute(slot, window_query(source, to_lsn if split_at is None else split_at, options))
+        yield from self._fetched(slot, statement, reader)
+        if later is None:
+            return
+        started = False
+        try:
+            statement, reader = later.result()
+            for batch in self._fetched(slot, statement, reader):
+                started = True
+                yield batch
+        except SqlWindowUnavailable:  # (it comes with the first batch: the result is built before any row)
+            if not started:
+                self.resume_lsn = split_at
+            raise
+
+    def _fetched(self, slot: str, statement: Any, reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         if self._prefetch <= 0:
             yield from self._checked(slot, statement, reader)
         else:
             yield from _prefetched(self._checked(slot, statement, reader), self._prefetch, cancel=statement.cancel)
 
-    def _copy_at(self, slot: str, from_lsn: int) -> str:
-        copy = f"{slot[:40]}_cdc_window_{threading.get_ident() % 10**9}"
-        arguments = f"{quote_literal(slot)}, {quote_literal(copy)}, true"  # temporary: gone with the session
-        self._run(slot, f"SELECT 1 FROM pg_copy_logical_replication_slot({arguments})")
-        target = f"'{from_lsn >> 32:X}/{from_lsn & 0xFFFFFFFF:X}'::pg_lsn"
-        self._run(slot, f"SELECT 1 FROM pg_replication_slot_advance({quote_literal(copy)}, {target})")
-        log.info("slot %r is behind the window's start: reading a temporary copy advanced to it", slot)
-        return copy
-
-    def _run(self, slot: str, query: str) -> None:
-        try:
-            self._conn.rows(query)
-        except _DRIVER_ERRORS as exc:
-            raise self._error(slot, exc) from None
-
     def _execute(self, slot: str, query: str) -> tuple[Any, pa.RecordBatchReader]:
         """The statement (it owns the result: keep it open while reading) and its batch reader."""
         try:
-            return self._conn.stream(query, {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_SIZE_HINT_BYTES)})
+            return self._conn.stream(query, _stream_options())
         except _DRIVER_ERRORS as exc:  # a signal handler's exception (Airflow's task termination) stays itself
             raise self._error(slot, exc) from None
 
@@ -233,6 +314,92 @@ class SqlWindowReader:
 
     def _error(self, slot: str, exc: BaseException) -> CdcError:
         return sql_error(slot, exc, self._info)
+
+
+def _stream_options() -> dict[str, str]:
+    return {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_SIZE_HINT_BYTES)}
+
+
+def _copy_name(slot: str) -> str:
+    """A temporary copy's name, unique among the sessions of this process (names are per
+    cluster; a temporary copy is dropped with its session)."""
+    return f"{slot[:40]}_cdc_window_{threading.get_ident() % 10**9}_{next(_COPIES)}"
+
+
+_COPIES = itertools.count()
+
+
+def _copy_at(conn: Session, slot: str, copy: str, lsn: int) -> str:
+    """A temporary copy of ``slot`` on ``conn``'s session, advanced to ``lsn`` (``slot`` itself
+    never moves): a peek of it returns what commits from ``lsn`` on."""
+    conn.rows(f"SELECT 1 FROM pg_copy_logical_replication_slot({quote_literal(slot)}, {quote_literal(copy)}, true)")
+    target = f"'{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}'::pg_lsn"
+    # Fast-forward: the WAL is read, no change is decoded or output (measured: docs/architecture.md).
+    conn.rows(f"SELECT 1 FROM pg_replication_slot_advance({quote_literal(copy)}, {target})")
+    return copy
+
+
+class _LaterRange:
+    """The window from ``start`` on, prepared on its own session in a thread: a temporary copy of
+    the slot advanced to ``start``, and ``query(copy)`` executed, which returns once the server
+    has built the result (the driver releases the GIL meanwhile). :meth:`result` waits for it."""
+
+    def __init__(self, info: PgConnectionInfo, slot: str, start: int, query: Callable[[str], str]):
+        self._info, self._slot, self._start, self._query = info, slot, start, query
+        self._session: Session | None = None
+        self._statement: Any = None
+        self._outcome: tuple[Any, pa.RecordBatchReader] | BaseException | None = None
+        self._taken = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._prepare, name="cdc-sql-window-range", daemon=True)
+        self._thread.start()
+
+    def _prepare(self) -> None:
+        try:
+            session = self._session = _connect(self._info)
+            copy = _copy_at(session, self._slot, _copy_name(self._slot), self._start)
+            with self._lock:
+                if self._closed:
+                    return
+                self._statement = session.prepare(self._query(copy), _stream_options())
+            self._outcome = (self._statement, session.execute(self._statement))
+        except BaseException as exc:  # raised by result(), in the reading thread
+            self._outcome = exc
+
+    def result(self) -> tuple[Any, pa.RecordBatchReader]:
+        """The range's statement (close it after its reader) and batches; its error, classified."""
+        self._thread.join()
+        outcome = self._outcome
+        if isinstance(outcome, CdcError):
+            raise outcome
+        if isinstance(outcome, _DRIVER_ERRORS):
+            raise sql_error(self._slot, outcome, self._info) from None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome is None:
+            raise CdcError("the window's later range was closed before it was read")
+        self._taken = True
+        return outcome
+
+    def close(self) -> None:
+        """Stop the thread (cancelling its statement if the server is still building the result),
+        then end the session, and with it the temporary copy."""
+        with self._lock:
+            self._closed = True
+        while self._thread.is_alive():
+            if self._statement is not None:
+                with contextlib.suppress(*_DRIVER_ERRORS):
+                    self._statement.cancel()
+            self._thread.join(timeout=0.1)
+        if not self._taken:  # (once taken, the reading generator closes them)
+            if isinstance(self._outcome, tuple):
+                self._outcome[1].close()
+            if self._statement is not None:
+                with contextlib.suppress(*_DRIVER_ERRORS):
+                    self._statement.close()
+        if self._session is not None:
+            self._session.close()
 
 
 def _with_schema(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -383,6 +550,15 @@ class Session:
 
     def stream(self, query: str, options: dict[str, str] | None = None) -> tuple[Any, pa.RecordBatchReader]:
         """The statement running ``query`` (close it after its reader) and the result's batches."""
+        statement = self.prepare(query, options)
+        try:
+            return statement, self.execute(statement)
+        except BaseException:
+            statement.close()
+            raise
+
+    def prepare(self, query: str, options: dict[str, str] | None = None) -> Any:
+        """A statement of ``query`` not executed yet (another thread may cancel it once it runs)."""
         import adbc_driver_manager
 
         statement = adbc_driver_manager.AdbcStatement(self._connection)
@@ -390,11 +566,16 @@ class Session:
             if options:
                 statement.set_options(**options)
             statement.set_sql_query(query)
-            handle, _ = statement.execute_query()
-            return statement, pa.RecordBatchReader._import_from_c(handle.address)
         except BaseException:
             statement.close()
             raise
+        return statement
+
+    @staticmethod
+    def execute(statement: Any) -> pa.RecordBatchReader:
+        """Run ``statement``: its result's batches (the driver releases the GIL while it waits)."""
+        handle, _ = statement.execute_query()
+        return pa.RecordBatchReader._import_from_c(handle.address)
 
     def rows(self, query: str) -> list[dict[str, Any]]:
         """The rows of a small result."""
