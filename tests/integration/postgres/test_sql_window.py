@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_cdc.cdc.basics.errors import CdcError, ConcurrentCaptureError, SlotMissingError
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
-from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
+from airflow_provider_cdc.cdc.sources.postgres import admin, sql_session, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.decoder import LogicalMessage, decode_message
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection, XLogData
@@ -259,7 +259,7 @@ def test_auto_streams_a_window_the_server_cannot_materialise(shop, tmp_path):
     spec = db.spec(TABLES, stream_window(1, start, end), tmp_path)
     db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET temp_file_limit = '1MB'")
     try:
-        with pytest.raises(sql_window.SqlWindowUnavailable, match="window_reader='stream'"):
+        with pytest.raises(sql_session.SqlWindowUnavailable, match="window_reader='stream'"):
             run_with(spec, "sql", tmp_path / "sql")
         entry = run_with(spec, "auto", tmp_path / "auto")
     finally:
@@ -283,7 +283,7 @@ def test_auto_streams_the_second_range_when_the_server_cannot_materialise_it(sho
     db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET temp_file_limit = '1MB'")
     try:
         assert len(sql_rows(db, start, middle)) == 13  # the first range alone: built in memory
-        with pytest.raises(sql_window.SqlWindowUnavailable, match="window_reader='stream'"):
+        with pytest.raises(sql_session.SqlWindowUnavailable, match="window_reader='stream'"):
             run_with(spec, "sql", tmp_path / "sql")
         entry = run_with(spec, "auto", tmp_path / "auto")
     finally:
@@ -402,7 +402,7 @@ def test_the_reader_session_checks_for_a_dead_client_every_second(shop):
     """A backend notices a dead client only when it writes, and a peek writes nothing until it has
     decoded the whole window: the reader's session checks the connection every second instead."""
     db, _ = shop
-    conn = sql_window._connect(db.info)
+    conn = sql_session.connect(db.info)
     try:
         assert conn.rows("SELECT current_setting('client_connection_check_interval') AS v") == [{"v": "1s"}]
     finally:
@@ -413,7 +413,7 @@ def test_adbc_executes_a_statement_once(shop):
     """A consuming call run twice would lose changes: the driver's COPY path must run it once."""
     db, _ = shop
     db.execute("CREATE SEQUENCE calls")
-    conn = sql_window._connect(db.info)
+    conn = sql_session.connect(db.info)
     try:
         statement, reader = conn.stream("SELECT nextval('public.calls') AS n FROM generate_series(1, 3)")
         assert [b.num_rows for b in reader] == [3]

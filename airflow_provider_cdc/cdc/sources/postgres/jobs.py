@@ -26,7 +26,7 @@ from airflow_provider_cdc.cdc.reading.snapshot_tasks import write_partitions
 from airflow_provider_cdc.cdc.reading.window_job import SparkProvider, recorded_run, run_window
 from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
-from airflow_provider_cdc.cdc.sources.postgres import admin, sql_window
+from airflow_provider_cdc.cdc.sources.postgres import admin, sql_session, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkReader, Watermarks, emit_chunk
 from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
@@ -223,7 +223,7 @@ def _read_sql(
                         break
             finally:
                 resume = reader.resume_lsn
-    except sql_window.SqlWindowUnavailable as exc:
+    except sql_session.SqlWindowUnavailable as exc:
         if spec.options.window_reader != "auto" or (received and resume is None):
             raise
         log.warning("%s; streaming %s from %s instead", exc, window.describe(), Lsn(resume or int(window.from_lsn)))

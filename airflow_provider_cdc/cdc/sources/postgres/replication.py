@@ -149,7 +149,7 @@ class ReplicationConnection:
             sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE) if result else None
             while self._conn.get_result() is not None:
                 pass
-            raise _classify_start_error(slot, message, sqlstate)
+            raise classify_start_error(slot, message, sqlstate)
         self._conn.nonblocking = 1
         self._streaming = True
         self._keeper = threading.Thread(target=self._send_status_periodically, daemon=True)
@@ -285,7 +285,7 @@ class ReplicationConnection:
         return [result.get_value(0, i) for i in range(result.nfields)]
 
 
-def _classify_start_error(slot: str, message: str, sqlstate: bytes | None) -> CdcError:
+def classify_start_error(slot: str, message: str, sqlstate: bytes | None) -> CdcError:
     if sqlstate == b"42704":
         return SlotMissingError(f"replication slot {slot!r} does not exist: {message}")
     if sqlstate == b"55006":

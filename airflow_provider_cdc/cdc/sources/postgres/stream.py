@@ -40,15 +40,9 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     encode_insert,
     encode_update,
 )
-from airflow_provider_cdc.cdc.sources.postgres.events import (
-    ChunkTransactions,
-    EventContext,
-    EventSettings,
-    MessageBuffer,
-    StreamEventBuffer,
-    TableEncoder,
-)
+from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
+from airflow_provider_cdc.cdc.sources.postgres.stream_events import ChunkTransactions, MessageBuffer, StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo, TableRef
 from airflow_provider_cdc.cdc.sources.postgres.types import TypeCache
 

@@ -39,9 +39,9 @@ from typing import Any
 
 from airflow_provider_cdc.cdc.basics.errors import CdcStateError, DecodingError
 from airflow_provider_cdc.cdc.sources.postgres.decoder import Begin, Commit, LogicalMessage, Truncate, decode_message
-from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.replication import Keepalive, XLogData
 from airflow_provider_cdc.cdc.sources.postgres.stream import _ROW_KINDS, StreamStats, WindowCollector
+from airflow_provider_cdc.cdc.sources.postgres.stream_events import StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import YbLsn, window_bound_after  # noqa: F401 (re-exported)
 
 _UPDATE, _KEY, _OLD, _NEW = 0x55, 0x4B, 0x4F, 0x4E

@@ -2,7 +2,7 @@
 
 The YugabyteDB logical-replication source receives yboutput's Insert/Update/Delete messages and
 turns them into events through the PostgreSQL source's buffers, codecs and encoders
-(:class:`~..postgres.events.StreamEventBuffer`, :class:`~..postgres.events.TableEncoder`). A
+(:class:`~..postgres.stream_events.StreamEventBuffer`, :class:`~..postgres.events.TableEncoder`). A
 ``RowMessage`` of the CDC service carries the same change; :func:`row_image` maps it to the very
 tuples (and :meth:`RowImage.payload` to the very message bytes) yboutput sends for it, so the same
 pipeline makes identical events: the same values under every handling mode, the same

@@ -374,7 +374,8 @@ def test_a_chunk_of_many_parts_is_joined_without_a_second_copy():
     concatenation (``concat_arrays``: two copies of the chunk's messages at once)."""
     import numpy as np
 
-    from airflow_provider_cdc.cdc.sources.postgres.events import StreamEventBuffer, TableEncoder
+    from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+    from airflow_provider_cdc.cdc.sources.postgres.stream_events import StreamEventBuffer
 
     table = TABLES[TableRef("public", "a")]
     payloads = [encode(Insert(CAPTURED_A, (b"%d" % i, b"x" * 200))) for i in range(20_000)]

@@ -28,7 +28,8 @@ from airflow_provider_cdc.cdc.sources.postgres.decoder import (
     encode_insert,
     encode_update,
 )
-from airflow_provider_cdc.cdc.sources.postgres.events import ChunkTransactions, StreamEventBuffer, TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.events import TableEncoder
+from airflow_provider_cdc.cdc.sources.postgres.stream_events import ChunkTransactions, StreamEventBuffer
 from airflow_provider_cdc.cdc.sources.postgres.tables import Column, TableInfo
 from airflow_provider_cdc.cdc.sources.postgres.types import PgType, TypeCache
 from airflow_provider_cdc.cdc.sources.yugabyte_cdc.protocol import yb_cdc_pb2 as pb
