@@ -295,6 +295,77 @@ def test_auto_streams_the_second_range_when_the_server_cannot_materialise_it(sho
     assert confirmed_flush(db) == start
 
 
+def test_auto_streams_the_second_range_when_the_last_slot_was_taken_meanwhile(shop, tmp_path, monkeypatch):
+    """The spare replication slot counted for the second range's temporary copy is taken (another
+    capture, a new subscriber) before the copy is made: ``sql`` says so, naming
+    ``max_replication_slots``; ``auto`` keeps the first range and streams from the split point,
+    which needs no spare slot. (Found by an independent review.)"""
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    db.execute("INSERT INTO items SELECT g, 'x', g FROM generate_series(1, 20000) g")
+    end = db.current_lsn()
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path)
+    counted = sql_window.SqlWindowReader.split_point
+    fillers: list[str] = []
+
+    def taken_after_the_count(self, *args, **kwargs):
+        point = counted(self, *args, **kwargs)
+        with db.connect() as conn:
+            spare = conn.execute(
+                "SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)"
+            ).fetchone()[0]
+            for _ in range(spare):
+                fillers.append(f"filler_{len(fillers)}")
+                conn.execute("SELECT pg_create_physical_replication_slot(%s)", (fillers[-1],))
+        return point
+
+    monkeypatch.setattr(sql_window.SqlWindowReader, "split_point", taken_after_the_count)
+    try:
+        with pytest.raises(sql_session.SqlWindowUnavailable, match="max_replication_slots"):
+            run_with(spec, "sql", tmp_path / "sql")
+        for name in fillers:
+            db.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+        fillers.clear()
+        entry = run_with(spec, "auto", tmp_path / "auto")
+    finally:
+        for name in fillers:
+            db.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+    assert entry.dataset("t.public.items").ops == {"c": 20000}
+    assert confirmed_flush(db) == start
+
+
+def test_closing_the_reader_cancels_the_second_range_while_it_is_being_opened(shop, monkeypatch):
+    """An error or Airflow's SIGTERM while the first range is read: closing the reader must not
+    wait for the second range's setup (its copy's advance reads a third of the window's WAL or
+    more), and leaves no temporary slot. (Found by an independent review: it waited.)"""
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    for first in range(1, 5000, 250):  # transactions on both sides of the split point
+        db.execute(f"INSERT INTO items SELECT g, 'x', g FROM generate_series({first}, {first + 249}) g")
+    end = db.current_lsn()
+    split = sql_window.split_point(int(start), int(end), 8192)
+    assert split is not None
+    copy_at = sql_window._copy_at
+
+    def slow_to_open(conn, slot, copy, lsn):
+        if threading.current_thread().name == "cdc-sql-window-range":
+            conn.rows("SELECT pg_sleep(60)")  # stands for a long fast-forward advance, server-side
+        return copy_at(conn, slot, copy, lsn)
+
+    monkeypatch.setattr(sql_window, "_copy_at", slow_to_open)
+    with sql_window.SqlWindowReader(db.info) as reader:
+        batches = reader.batches(db.slot, int(start), int(end), options(db), confirmed_flush=int(start), split_at=split)
+        opened = time.monotonic()
+        next(batches)  # from the first range
+        assert time.monotonic() - opened < 10
+        time.sleep(0.5)  # the second range's session is in its setup now
+        closing = time.monotonic()
+    assert time.monotonic() - closing < 10
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE temporary").fetchone()[0] == 0
+    assert confirmed_flush(db) == start
+
+
 def test_a_slot_behind_the_window_is_read_from_the_window_start(shop, tmp_path):
     """An offset saved whose acknowledgement never happened: the slot is behind the window's
     start. The SQL reader reads a temporary copy advanced to it, as the walsender starts there."""

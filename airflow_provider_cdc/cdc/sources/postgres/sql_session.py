@@ -50,6 +50,12 @@ def sql_error(slot: str, exc: BaseException, info: PgConnectionInfo) -> CdcError
             f"the server at {info.describe()} has no logical decoding SQL functions ({message}); "
             "set window_reader='stream'"
         )
+    if any(sign in message for sign in _CAPACITY_SIGNS):
+        return SqlWindowUnavailable(
+            f"the server has no room for what the SQL reader needs beside replication slot {slot!r} (a temporary "
+            f"copy of the slot, a second session): {message}. window_reader='stream' reads the slot itself, on one "
+            "session"
+        )
     if (code or b"").startswith(b"53") or any(sign in message for sign in _RESOURCE_SIGNS):
         return SqlWindowUnavailable(
             f"the server could not materialise the window of replication slot {slot!r} for the SQL reader: "
@@ -86,6 +92,15 @@ _RESOURCE_SIGNS = (
     "No space left on device",
     "out of memory",
     "could not extend file",
+)
+
+
+#: Slots or connections exhausted (53400, 53300): the temporary copies and the second range's
+#: session need one more of each than streaming does.
+_CAPACITY_SIGNS = (
+    "all replication slots are in use",
+    "too many clients already",
+    "remaining connection slots are reserved",
 )
 
 
@@ -157,6 +172,10 @@ class Session:
         finally:
             reader.close()
             statement.close()
+
+    def cancel(self) -> None:
+        """Cancel what the session is running (any statement, from another thread)."""
+        self._connection.cancel()
 
     def close(self) -> None:
         try:

@@ -98,8 +98,9 @@ def split_point(from_lsn: int, to_lsn: int, wal_block_size: int) -> int | None:
     """Where the window ``[from_lsn, to_lsn)`` is split in two ranges, or None (too small).
 
     A third into the window: the client starts on the first range early, and the server (both
-    results built at once, the second re-reading the first range's WAL without output) has the
-    second ready before the client is done with the first; measured: docs/architecture.md.
+    results built at once; the second decodes again from its copy's ``restart_lsn``, queueing the
+    first range's changes and dropping them at their commits, without output) has the second
+    ready before the client is done with the first; measured: docs/architecture.md.
 
     The middle of that WAL page, precisely: a peek ``upto_lsn = m`` decodes
     every record that *starts* before ``m`` (it stops after the first one ending at or past it,
@@ -349,15 +350,35 @@ class _LaterRange:
 
     def _prepare(self) -> None:
         try:
-            session = self._session = connect(self._info)
-            copy = _copy_at(session, self._slot, _copy_name(self._slot), self._start)
+            copy = self._opened()
+            if copy is None:
+                return
             with self._lock:
                 if self._closed:
                     return
-                self._statement = session.prepare(self._query(copy), _stream_options())
-            self._outcome = (self._statement, session.execute(self._statement))
+                self._statement = self._session.prepare(self._query(copy), _stream_options())  # type: ignore[union-attr]
+            self._outcome = (self._statement, self._session.execute(self._statement))  # type: ignore[union-attr]
         except BaseException as exc:  # raised by result(), in the reading thread
             self._outcome = exc
+
+    def _opened(self) -> str | None:
+        """The second session and its temporary copy advanced to the range's start (None: closed
+        meanwhile). Both need what the first range did not: one more connection and one more
+        replication slot, which another client may have taken since :meth:`split_point` counted
+        them, so a failure here is "this range cannot be read this way" (``auto`` streams it)."""
+        try:
+            session = self._session = connect(self._info)
+            with self._lock:
+                if self._closed:
+                    return None
+            return _copy_at(session, self._slot, _copy_name(self._slot), self._start)
+        except (CdcError, *DRIVER_ERRORS) as exc:
+            detail = sql_error(self._slot, exc, self._info) if isinstance(exc, DRIVER_ERRORS) else exc
+            raise SqlWindowUnavailable(
+                f"could not open the second range of the window of replication slot {self._slot!r} (a second "
+                f"session holding a temporary copy of the slot, one more of the server's connections and of "
+                f"max_replication_slots): {detail}"
+            ) from None
 
     def result(self) -> tuple[Any, pa.RecordBatchReader]:
         """The range's statement (close it after its reader) and batches; its error, classified."""
@@ -380,9 +401,12 @@ class _LaterRange:
         with self._lock:
             self._closed = True
         while self._thread.is_alive():
-            if self._statement is not None:
+            # The statement once it runs; before, the session's own calls (the copy's advance reads
+            # a third of the window's WAL or more): a connection-level cancel stops either.
+            running = self._statement if self._statement is not None else self._session
+            if running is not None:
                 with contextlib.suppress(*DRIVER_ERRORS):
-                    self._statement.cancel()
+                    running.cancel()
             self._thread.join(timeout=0.1)
         if not self._taken:  # (once taken, the reading generator closes them)
             if isinstance(self._outcome, tuple):
