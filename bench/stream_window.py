@@ -37,9 +37,27 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def recvlogical_seconds(cluster, target: int) -> float | None:
+def peek_seconds(cluster, target: int, work_mem_kb: int | None) -> tuple[float, float, int]:
+    """The server decoding the window with pgoutput and nothing else (``peek count(*)``), with
+    ``logical_decoding_work_mem`` at ``work_mem_kb`` (None: the server's default): seconds,
+    server CPU seconds, rows."""
+    with cluster.connect("bench") as conn:
+        if work_mem_kb is not None:
+            conn.execute(f"SET logical_decoding_work_mem = '{int(work_mem_kb)}kB'")
+        cpu = server_cpu(cluster)
+        started = time.perf_counter()
+        rows = conn.execute(
+            "SELECT count(*) FROM pg_logical_slot_peek_binary_changes("
+            "'bench_slot', %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', 'bench_pub')",
+            (str(target),),
+        ).fetchone()[0]
+        return time.perf_counter() - started, server_cpu(cluster) - cpu, rows
+
+
+def recvlogical_seconds(cluster, target: int, work_mem_kb: int | None = None) -> float | None:
     """The streaming protocol's own ceiling: PostgreSQL's C client ``pg_recvlogical`` draining
-    the same window into /dev/null, on a copy of the slot (it acknowledges what it reads)."""
+    the same window into /dev/null, on a copy of the slot (it acknowledges what it reads), with
+    its walsender's ``logical_decoding_work_mem`` at ``work_mem_kb`` (None: the server's default)."""
     import os
     import subprocess
 
@@ -54,8 +72,11 @@ def recvlogical_seconds(cluster, target: int) -> float | None:
         command = [str(binary), "-h", cluster.host, "-p", str(cluster.port), "-U", cluster.superuser, "-d", "bench"]
         command += ["-S", "bench_probe", "--start", "--no-loop", "-F", "0", "-E", str(Lsn(target)), "-f", "/dev/null"]
         command += ["-o", "proto_version=1", "-o", "publication_names=bench_pub"]
+        env = {**os.environ, "PGPASSWORD": cluster.password}
+        if work_mem_kb is not None:
+            env["PGOPTIONS"] = f"-c logical_decoding_work_mem={int(work_mem_kb)}kB"
         started = time.perf_counter()
-        subprocess.run(command, check=True, env={**os.environ, "PGPASSWORD": cluster.password}, capture_output=True)
+        subprocess.run(command, check=True, env=env, capture_output=True)
         return time.perf_counter() - started
     finally:
         with cluster.connect("bench") as conn:
@@ -184,6 +205,8 @@ def temp_bytes(cluster) -> int:
 
 
 def main() -> int:
+    from airflow_provider_cdc.cdc.planning.spec import DEFAULT_DECODING_WORK_MEM_BYTES
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -192,6 +215,13 @@ def main() -> int:
         "--profile", metavar="HTML", help="profile the last SQL window with pyinstrument into this file"
     )
     parser.add_argument("--readers", default="stream,sql", help="window readers to measure, comma-separated")
+    parser.add_argument(
+        "--decoding-work-mem-mb",
+        type=int,
+        default=DEFAULT_DECODING_WORK_MEM_BYTES // 2**20,
+        help="the capture's decoding_work_mem_bytes in MiB (0: the server's logical_decoding_work_mem); the peek "
+        "and pg_recvlogical are measured at the server's default and at this setting",
+    )
     parser.add_argument("--child", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument(
         "--workload",
@@ -210,6 +240,8 @@ def main() -> int:
     from airflow_provider_cdc.cdc.sources.postgres.tables import TableRef
 
     readers = [r for r in args.readers.split(",") if r]
+    memory = args.decoding_work_mem_mb * 2**20 or None
+    tuned_kb = None if memory is None else memory // 1024
     with workload.bench_cluster() as (cluster, work):
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
@@ -233,27 +265,29 @@ def main() -> int:
             )
         limits: list[float] = []
         ceilings: list[float] = []
+        tuned_limits: list[float] = []
+        tuned_ceilings: list[float] = []
         runs: dict[str, list[dict]] = {reader: [] for reader in readers}
         temps: list[int] = []
         servers: dict[str, list[float]] = {"peek": [], **{reader: [] for reader in readers}}
         for attempt in range(args.repeat):
-            with cluster.connect("bench") as conn:
-                cpu = server_cpu(cluster)
-                t0 = time.perf_counter()
-                rows = conn.execute(
-                    "SELECT count(*) FROM pg_logical_slot_peek_binary_changes("
-                    "'bench_slot', %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', 'bench_pub')",
-                    (str(target),),
-                ).fetchone()[0]
-                limits.append(time.perf_counter() - t0)
-                servers["peek"].append(server_cpu(cluster) - cpu)
+            seconds, cpu, rows = peek_seconds(cluster, target, None)
+            limits.append(seconds)
+            servers["peek"].append(cpu)
             ceiling = recvlogical_seconds(cluster, target)
             if ceiling is not None:
                 ceilings.append(ceiling)
+            if tuned_kb is not None:
+                tuned_limits.append(peek_seconds(cluster, target, tuned_kb)[0])
+                tuned = recvlogical_seconds(cluster, target, tuned_kb)
+                if tuned is not None:
+                    tuned_ceilings.append(tuned)
             for reader in readers:
                 sink = work / f"lake-{reader}-{attempt}"
                 window = Window(1, "stream", status.confirmed_flush_lsn, target, 1)
-                spec = workload.job_spec(cluster, window, sink, max_changes_per_chunk=args.chunk)
+                spec = workload.job_spec(
+                    cluster, window, sink, max_changes_per_chunk=args.chunk, decoding_work_mem_bytes=memory
+                )
                 profile = args.profile if attempt == args.repeat - 1 and reader == "sql" else None
                 before, cpu = temp_bytes(cluster), server_cpu(cluster)
                 result = window_in_subprocess(spec, reader, profile)
@@ -267,6 +301,8 @@ def main() -> int:
                 runs[reader].append(result)
                 shutil.rmtree(sink)
         report(args, rows, limits, ceilings, runs, temps, servers)
+        if tuned_kb is not None:
+            report_tuned(args, tuned_limits, tuned_ceilings, runs)
     return 0
 
 
@@ -316,6 +352,23 @@ def report(
     )
     if ceiling is not None:
         print(f"ratio pg_recvlogical/limit: {limit / ceiling:.3g} (what streaming itself allows)")
+
+
+def report_tuned(args, limits: list[float], ceilings: list[float], runs: dict) -> None:
+    """The readers against the peek and ``pg_recvlogical`` given the readers' own
+    ``logical_decoding_work_mem``: what the server and the protocol reach with the same memory."""
+    import workload
+
+    limit = statistics.median(limits)
+    ceiling = statistics.median(ceilings) if ceilings else None
+    memory = f"logical_decoding_work_mem={args.decoding_work_mem_mb}MB"
+    print(f"with {memory}: peek {workload.rounded(limits)}, pg_recvlogical {workload.rounded(ceilings)}")
+    for reader, results in runs.items():
+        window = statistics.median(r["seconds"] for r in results)
+        line = f"ratio window[{reader}]/limit at the same memory: {limit / window:.3g}"
+        if ceiling is not None:
+            line += f"; window[{reader}]/pg_recvlogical at the same memory: {ceiling / window:.3g}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -362,6 +362,7 @@ class Capture(ABC):
             snapshot_max_partitions=self.snapshot_max_partitions,
             idle_timeout_seconds=getattr(self, "idle_timeout_seconds", 300.0),
             window_reader=getattr(self, "window_reader", "auto"),
+            decoding_work_mem_bytes=getattr(self, "decoding_work_mem_bytes", None),
             incremental_chunk_size=self.incremental_chunk_size,
             incremental_chunks_per_run=self.incremental_chunks_per_run,
             sink_format=self.sink_format,

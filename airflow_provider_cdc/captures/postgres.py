@@ -28,6 +28,7 @@ from airflow_provider_cdc.cdc.events.value_modes import DEFAULT_PLACEHOLDER, Val
 from airflow_provider_cdc.cdc.planning.gaps import CaptureGap
 from airflow_provider_cdc.cdc.planning.offset import CaptureOffset
 from airflow_provider_cdc.cdc.planning.plan import SnapshotDecision, StreamPlan, uncorroborated_position
+from airflow_provider_cdc.cdc.planning.spec import DEFAULT_DECODING_WORK_MEM_BYTES
 from airflow_provider_cdc.cdc.sources.postgres import PUBLICATION_MODES
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.offset import OffsetIdentity, PostgresOffset
@@ -60,6 +61,8 @@ class PostgresCapture(Capture):
     idle_timeout_seconds: float = 300.0
     # How a stream window is read: "auto" (the SQL functions up to a size, else streaming), "sql", "stream".
     window_reader: str = "auto"
+    # The server's logical_decoding_work_mem for the sessions that decode a window (None: the server's own).
+    decoding_work_mem_bytes: int | None = DEFAULT_DECODING_WORK_MEM_BYTES
     # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
     slot_release_timeout_seconds: float = 30.0
     hstore_handling_mode: str = "json"

@@ -114,9 +114,16 @@ class YugabyteCapture(PostgresCapture):
     # How long the acknowledgement may stream before it confirms what it has seen.
     acknowledge_timeout_seconds: float = 120.0
     incremental_watermarks: str = "insert_insert"
+    # PostgreSQL's logical_decoding_work_mem: YugabyteDB's walsender sizes its reorder buffer by its own flags.
+    decoding_work_mem_bytes: int | None = None
 
     def validate_source(self) -> None:
         check_ysql_conn_id(self)
+        if self.decoding_work_mem_bytes is not None:
+            raise CdcConfigurationError(
+                "decoding_work_mem_bytes sets PostgreSQL's logical_decoding_work_mem, which YugabyteDB's "
+                "walsender does not use: leave it unset"
+            )
         if self.lsn_type not in LSN_TYPES:
             raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(LSN_TYPES)}")
         if self.message_prefix_include_list or self.message_prefix_exclude_list:

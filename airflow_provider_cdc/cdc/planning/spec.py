@@ -30,6 +30,13 @@ SPEC_FORMAT = 1
 CATALOG_SECRET_ENV = "AIRFLOW_CDC_CATALOG_SECRET"
 
 
+#: The default of :attr:`CaptureOptions.decoding_work_mem_bytes`: a transaction of about a million
+#: changes of a narrow table decodes without spilling (the server's default, 64 MiB, holds ~250 k).
+DEFAULT_DECODING_WORK_MEM_BYTES = 256 * 1024 * 1024
+#: PostgreSQL's bounds of logical_decoding_work_mem (64 kB; MAX_KILOBYTES, in kB).
+DECODING_WORK_MEM_BOUNDS = (64 * 1024, (2**31 - 1) * 1024)
+
+
 @dataclass(frozen=True)
 class CaptureOptions:
     """How a run reads and writes: tuning knobs and the sink's table format (docs/operators.md)."""
@@ -40,6 +47,10 @@ class CaptureOptions:
     idle_timeout_seconds: float = 300.0
     # How a PostgreSQL stream window is read: auto | sql | stream (sources/postgres/sql_window.py).
     window_reader: str = "auto"
+    # The server's logical_decoding_work_mem for the sessions that decode a PostgreSQL window
+    # (None: the server's own). Past it the server spills a transaction's changes to disk and reads
+    # them back, which halves the decode rate of a large transaction (docs/architecture.md).
+    decoding_work_mem_bytes: int | None = DEFAULT_DECODING_WORK_MEM_BYTES
     incremental_chunk_size: int = 50_000
     incremental_chunks_per_run: int = 20
     sink_format: str = "parquet"  # parquet | iceberg | delta (cdc/sinks/formats.py)
@@ -60,6 +71,14 @@ class CaptureOptions:
         check_sink_format(self.sink_format)
         if self.window_reader not in ("auto", "sql", "stream"):
             raise CdcConfigurationError(f"window_reader must be 'auto', 'sql' or 'stream', got {self.window_reader!r}")
+        memory = self.decoding_work_mem_bytes
+        low, high = DECODING_WORK_MEM_BOUNDS
+        whole = isinstance(memory, int) and not isinstance(memory, bool)
+        if memory is not None and not (whole and low <= memory <= high):
+            raise CdcConfigurationError(
+                f"decoding_work_mem_bytes must be None (the server's logical_decoding_work_mem) or a whole number "
+                f"of bytes from {low} (64 kB) to {high}, got {memory!r}"
+            )
         for name, minimum, unit in (
             ("max_changes_per_chunk", 1, ""),
             ("incremental_chunk_size", 1, ""),

@@ -14,6 +14,7 @@ from tests.support.s3_server import ADMIN, BUCKET, REGION
 
 pytestmark = [pytest.mark.airflow, pytest.mark.pg]
 
+
 @pytest.fixture
 def aws_conn(s3_aws_connection) -> str:
     """The store as an Airflow ``aws`` connection; only it gives access (not s3_prefix's)."""

@@ -469,6 +469,58 @@ def test_the_password_never_appears_in_errors(shop):
         assert info.describe() in str(caught.value)
 
 
+def spilled_bytes(db) -> int:
+    """What decoding the slot wrote to disk since its statistics were reset (PostgreSQL 14+)."""
+    with db.connect() as conn:
+        return conn.execute(
+            "SELECT spill_bytes FROM pg_stat_replication_slots WHERE slot_name = %s", (db.slot,)
+        ).fetchone()[0]
+
+
+@pytest.mark.parametrize("reader", ["sql", "stream"])
+def test_a_large_transaction_decodes_in_memory_up_to_decoding_work_mem(shop, tmp_path, reader):
+    """Past ``logical_decoding_work_mem`` the server spills a transaction's changes to disk and
+    reads them back (half the decode rate of a large transaction, docs/benchmarks.md): the
+    capture's ``decoding_work_mem_bytes`` is the session's setting, on either reader."""
+    db, start = shop
+    db.execute("INSERT INTO items SELECT g, repeat(md5(g::text), 4), g FROM generate_series(1, 20000) g")
+    end = db.current_lsn()
+    landed_ops = []
+    spills = {}
+    for memory in (64 * 1024, 64 * 1024 * 1024, None):
+        spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, decoding_work_mem_bytes=memory)
+        db.execute(f"SELECT pg_stat_reset_replication_slot({sql_window.quote_literal(db.slot)})")
+        entry = run_with(spec, reader, tmp_path / f"{reader}-{memory}")
+        landed_ops.append(entry.dataset("t.public.items").ops)
+        spills[memory] = spilled_bytes(db)
+    assert landed_ops == [{"c": 20000}] * 3
+    assert spills[64 * 1024] > 1_000_000  # 64 kB: the transaction's ~4 MB of changes went to disk
+    assert spills[64 * 1024 * 1024] == 0
+    assert spills[None] == 0  # the server's own setting (64 MB) holds this transaction too
+    assert confirmed_flush(db) == start
+
+
+def test_decoding_work_mem_is_validated_and_refused_for_yugabyte():
+    from airflow_provider_cdc.captures.postgres import PostgresCapture
+    from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
+    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
+    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
+    from airflow_provider_cdc.cdc.sources.postgres.connection import decoding_settings
+
+    for bad in (1024, True, 1.5, "256MB", 2**31 * 1024):
+        with pytest.raises(CdcConfigurationError, match="decoding_work_mem_bytes"):
+            CaptureOptions(decoding_work_mem_bytes=bad)
+    assert decoding_settings(256 * 1024 * 1024) == {"logical_decoding_work_mem": "262144kB"}
+    assert decoding_settings(None) == {}
+    common = {"yugabytedb_conn_id": "yb", "tables": ["public.t"], "topic_prefix": "shop", "sink_path": "/tmp/lake"}
+    assert YugabyteCapture(**common).capture_options().decoding_work_mem_bytes is None
+    postgres = PostgresCapture(postgres_conn_id="pg", **{k: v for k, v in common.items() if k != "yugabytedb_conn_id"})
+    assert postgres.capture_options().decoding_work_mem_bytes == 256 * 1024 * 1024
+    assert replace(postgres, decoding_work_mem_bytes=None).capture_options().decoding_work_mem_bytes is None
+    with pytest.raises(CdcConfigurationError, match="YugabyteDB"):
+        YugabyteCapture(**common, decoding_work_mem_bytes=1 << 26).validate_source()
+
+
 def test_the_reader_session_checks_for_a_dead_client_every_second(shop):
     """A backend notices a dead client only when it writes, and a peek writes nothing until it has
     decoded the whole window: the reader's session checks the connection every second instead."""

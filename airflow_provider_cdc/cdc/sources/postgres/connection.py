@@ -152,6 +152,30 @@ def session_options() -> str:
     return " ".join(f"-c {key}={value.replace(' ', '')}" for key, value in settings.items())
 
 
+def quote_literal(text: str) -> str:
+    """``text`` as an SQL string literal, whatever ``standard_conforming_strings`` is."""
+    if "\x00" in text:
+        raise ValueError("a string literal cannot contain NUL")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def decoding_settings(work_mem_bytes: int | None) -> dict[str, str]:
+    """The settings of a session that decodes a window: ``logical_decoding_work_mem`` (in kB, the
+    setting's unit), or none to keep the server's."""
+    return {} if work_mem_bytes is None else {"logical_decoding_work_mem": f"{int(work_mem_bytes) // 1024}kB"}
+
+
+def settings_statement(settings: dict[str, str]) -> str:
+    """One statement giving the session each of ``settings`` that the server has (an older server
+    lacks some; a setting it lacks changes nothing there), as SQL text: it also runs on a
+    replication connection and through ADBC, neither of which takes parameters here."""
+    rows = ", ".join(f"({quote_literal(name)}, {quote_literal(value)})" for name, value in settings.items())
+    return (
+        "SELECT pg_catalog.set_config(s.name, v.value, false) "
+        f"FROM (VALUES {rows}) AS v(name, value) JOIN pg_catalog.pg_settings s ON s.name = v.name"
+    )
+
+
 def check_sslkey(sslkey: str | None) -> None:
     """Refuse libpq's ``engine:key`` form of ``sslkey``: OpenSSL would load the engine (any shared
     library the connection's editor names) into the worker to get the key."""

@@ -28,7 +28,7 @@ from airflow_provider_cdc.cdc.sinks.commit_log import CommitEntry
 from airflow_provider_cdc.cdc.sinks.parquet import ParquetSink
 from airflow_provider_cdc.cdc.sources.postgres import admin, sql_session, sql_window
 from airflow_provider_cdc.cdc.sources.postgres.chunks import PgChunkReader, Watermarks, emit_chunk
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, connect, decoding_settings
 from airflow_provider_cdc.cdc.sources.postgres.events import EventContext, EventSettings, TableEncoder
 from airflow_provider_cdc.cdc.sources.postgres.incremental import XidSnapshot
 from airflow_provider_cdc.cdc.sources.postgres.incremental_run import incremental_run
@@ -184,6 +184,7 @@ def _read_streaming(
     ``start``, inside it, where the SQL reader stopped: the walsender then sends what commits
     from there on, as a slot copy advanced to it does)."""
     with ReplicationConnection(spec.connection) as replication:
+        replication.apply_settings(decoding_settings(spec.options.decoding_work_mem_bytes))
         try:
             replication.start_logical(spec.slot_name, spec.window.from_lsn if start is None else start, options)
         except CdcError as exc:
@@ -210,7 +211,8 @@ def _read_sql(
     received = 0
     resume: int | None = None
     try:
-        with sql_window.SqlWindowReader(spec.connection) as reader:
+        settings = decoding_settings(spec.options.decoding_work_mem_bytes)
+        with sql_window.SqlWindowReader(spec.connection, settings=settings) as reader:
             start, end = int(window.from_lsn), int(window.to_lsn)
             split = reader.split_point(start, end, confirmed_flush=confirmed)
             batches = reader.batches(spec.slot_name, start, end, options, confirmed_flush=confirmed, split_at=split)

@@ -16,7 +16,7 @@ from adbc_driver_manager import Error as AdbcError
 
 from airflow_provider_cdc.cdc.basics.errors import CdcError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.postgres import tls
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, settings_statement
 from airflow_provider_cdc.cdc.sources.postgres.replication import classify_start_error
 
 log = logging.getLogger(__name__)
@@ -185,9 +185,10 @@ class Session:
             log.debug("closing the ADBC session failed", exc_info=True)
 
 
-def connect(info: PgConnectionInfo) -> Session:
+def connect(info: PgConnectionInfo, settings: dict[str, str] | None = None) -> Session:
     """An ADBC PostgreSQL session with ``info`` (libpq conninfo: the capture's session settings
-    and TLS rules, as :func:`.connection.connect`); errors never carry the password."""
+    and TLS rules, as :func:`.connection.connect`) and ``settings`` where the server has them;
+    errors never carry the password."""
 
     def attempt(candidate: PgConnectionInfo) -> Session:
         try:
@@ -203,7 +204,11 @@ def connect(info: PgConnectionInfo) -> Session:
     # A peek runs to its end before it sends a row, and a backend notices a dead client only
     # when it writes: without this, a killed read would keep decoding (and hold the slot, as
     # "in use") for as long as the window takes. PostgreSQL 14+; older servers have no such setting.
-    conn.rows("SELECT set_config(name, '1000', false) FROM pg_settings WHERE name = 'client_connection_check_interval'")
+    try:
+        conn.rows(settings_statement({"client_connection_check_interval": "1000", **(settings or {})}))
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

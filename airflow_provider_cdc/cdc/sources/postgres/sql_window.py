@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcError, CdcTransientError
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, quote_literal
 from airflow_provider_cdc.cdc.sources.postgres.sql_session import (
     DRIVER_ERRORS,
     Session,
@@ -156,13 +156,6 @@ def _flush_lsn(conn: Any) -> int:
     return int(conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint").fetchone()[0])
 
 
-def quote_literal(text: str) -> str:
-    """``text`` as an SQL string literal, whatever ``standard_conforming_strings`` is."""
-    if "\x00" in text:
-        raise ValueError("a string literal cannot contain NUL")
-    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
 def window_query(slot: str, to_lsn: int, options: dict[str, str]) -> str:
     """The ``peek`` of ``slot`` up to ``to_lsn`` with pgoutput's ``options``, as SQL text (ADBC
     reads a query without parameters through COPY binary)."""
@@ -178,15 +171,16 @@ class SqlWindowReader:
     """One ADBC session reading one window; use as a context manager (closing it ends the
     session, and with it any temporary slot copy)."""
 
-    def __init__(self, info: PgConnectionInfo, *, prefetch: int | None = None):
+    def __init__(self, info: PgConnectionInfo, *, prefetch: int | None = None, settings: dict[str, str] | None = None):
         self._info = info
+        self._settings = dict(settings or {})  # each session's (connection.decoding_settings)
         self._prefetch = PREFETCH_BATCHES if prefetch is None else prefetch
         self._conn: Any = None
         self._readers: list[Iterator[pa.RecordBatch]] = []
         self._later: list[_LaterRange] = []
 
     def __enter__(self) -> SqlWindowReader:
-        self._conn = connect(self._info)
+        self._conn = connect(self._info, self._settings)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -257,7 +251,9 @@ class SqlWindowReader:
     ) -> Iterator[pa.RecordBatch]:
         later = None
         if split_at is not None:  # started first: the server builds both results at once
-            later = _LaterRange(self._info, slot, split_at, lambda copy: window_query(copy, to_lsn, options))
+            later = _LaterRange(
+                self._info, slot, split_at, lambda copy: window_query(copy, to_lsn, options), self._settings
+            )
             self._later.append(later)
         source = slot
         if confirmed_flush < from_lsn:
@@ -337,8 +333,11 @@ class _LaterRange:
     the slot advanced to ``start``, and ``query(copy)`` executed, which returns once the server
     has built the result (the driver releases the GIL meanwhile). :meth:`result` waits for it."""
 
-    def __init__(self, info: PgConnectionInfo, slot: str, start: int, query: Callable[[str], str]):
+    def __init__(
+        self, info: PgConnectionInfo, slot: str, start: int, query: Callable[[str], str], settings: dict[str, str]
+    ):
         self._info, self._slot, self._start, self._query = info, slot, start, query
+        self._settings = settings
         self._session: Session | None = None
         self._statement: Any = None
         self._outcome: tuple[Any, pa.RecordBatchReader] | BaseException | None = None
@@ -367,7 +366,7 @@ class _LaterRange:
         replication slot, which another client may have taken since :meth:`split_point` counted
         them, so a failure here is "this range cannot be read this way" (``auto`` streams it)."""
         try:
-            session = self._session = connect(self._info)
+            session = self._session = connect(self._info, self._settings)
             with self._lock:
                 if self._closed:
                     return None
