@@ -24,7 +24,10 @@ to its last report: on a shared machine the CPU says more than the wall time), t
 tasks imported pandas (pyarrow imports it on its first Arrow/NumPy conversion, ~1 s of CPU), and
 whether the task started a JVM (a watcher polls ``/proc`` for ``java`` processes of this
 deployment; a task's children inherit Airflow's ``AIRFLOW_CTX_*`` variables, which name it).
-``--without-spark`` leaves the Spark copy out (faster); ``--profile DIR`` writes each task's
+``--without-spark`` leaves the Spark copy out (faster); ``--airflow-setting SECTION.KEY=VALUE``
+sets one of the deployment's Airflow settings (repeatable); ``--without-pandas`` makes pandas
+unimportable in the hourly runs' task processes, as in a deployment without the ``spark`` extra
+(the only one that installs it; the initial snapshot runs Spark, which needs it); ``--profile DIR`` writes each task's
 pyinstrument profile, the packages it imported and where it first imported pandas into ``DIR``
 (pyinstrument must be importable, e.g. ``PYTHONPATH`` to a ``pip install --target`` of it).
 """
@@ -130,6 +133,7 @@ from airflow.sdk._shared.listeners import hookimpl
 
 OUT = os.environ["CDC_BENCH_TASKS_DIR"]
 PROFILE = os.environ.get("CDC_BENCH_PROFILE") == "1"
+NO_PANDAS = os.environ.get("CDC_BENCH_NO_PANDAS") == "1"
 
 
 class _FirstPandas:  # where the task first imported pandas (pyarrow imports it for its own checks)
@@ -141,6 +145,16 @@ class _FirstPandas:  # where the task first imported pandas (pyarrow imports it 
             import traceback
 
             _FirstPandas.stack = "".join(traceback.format_stack(limit=14)[:-3])
+        return None
+
+
+class _NoPandas:  # as in a deployment without the spark extra, which alone installs pandas
+
+    def find_spec(self, name, path, target=None):
+        # Only in the hourly (manual) runs: the initial snapshot runs Spark, which needs pandas.
+        hourly = os.environ.get("AIRFLOW_CTX_DAG_RUN_ID", "").startswith("manual__")
+        if hourly and (name == "pandas" or name.startswith("pandas.")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
 
@@ -157,6 +171,8 @@ class _Profile:
         _Profile.task = True
         _Profile.modules, _Profile.started, _Profile.cpu = set(sys.modules), time.monotonic(), time.process_time()
         sys.meta_path.insert(0, _FirstPandas())
+        if NO_PANDAS:
+            sys.meta_path.insert(0, _NoPandas())
         if PROFILE:
             from pyinstrument import Profiler
 
@@ -258,8 +274,16 @@ def _run_report(airflow, dag_id: str, run_id: str, jvms: JvmWatch, tasks_dir: Pa
         attempts = measured.get(task_id, [])
         heavy = sorted({p for a in attempts for p in a["packages"] if p in ("pandas", "pyspark", "py4j")})
         cpu = sum(a["cpu"] for a in attempts) if attempts else None
+        inside = sum(a["seconds"] for a in attempts) if attempts else None
         seconds = ti["duration"] or 0.0
-        tasks[task_id] = {"state": ti["state"], "seconds": seconds, "cpu": cpu, "heavy": heavy, "jvm": jvm}
+        tasks[task_id] = {
+            "state": ti["state"],
+            "seconds": seconds,
+            "cpu": cpu,
+            "inside": inside,
+            "heavy": heavy,
+            "jvm": jvm,
+        }
     return tasks
 
 
@@ -293,6 +317,12 @@ def scheduler_main(args: argparse.Namespace) -> int:
         env["CDC_BENCH_TASKS_DIR"] = str(tasks_dir)
         if args.profile:
             env["CDC_BENCH_PROFILE"] = "1"
+        if args.without_pandas:
+            env["CDC_BENCH_NO_PANDAS"] = "1"
+        for setting in args.airflow_setting:
+            name, _, value = setting.partition("=")
+            section, _, key = name.partition(".")
+            env[f"AIRFLOW__{section.upper()}__{key.upper()}"] = value
         compared = ("postgres_cdc_hourly", "postgres_cdc_hourly_spark", "noop")
         if args.without_spark:
             compared = ("postgres_cdc_hourly", "noop")
@@ -337,13 +367,17 @@ def _print_scheduler_table(rows: list) -> None:
     print("| run | DAG | changes | " + " | ".join(order) + " | sum of task s (CPU s) | pandas in | JVM in |")
     print("|---|---|---|" + "---|" * len(order) + "---|---|---|")
     sums: dict[str, list[tuple[float, float | None]]] = {}
+    inside: dict[str, list[float]] = {}
     for round_no, dag_id, state, tasks, window, _made in rows:
         cells = [_cell(tasks[t]) if t in tasks else "" for t in order]
         total = sum(t["seconds"] for t in tasks.values())
         cpus = [t["cpu"] for t in tasks.values()]
         cpu = None if None in cpus else sum(cpus)
+        insides = [t.get("inside") for t in tasks.values()]
         if round_no:
             sums.setdefault(dag_id, []).append((total, cpu))
+            if None not in insides:
+                inside.setdefault(dag_id, []).append(sum(insides))
         pandas = ", ".join(t for t, v in tasks.items() if "pandas" in v["heavy"]) or "none"
         jvm = ", ".join(t for t, v in tasks.items() if v["jvm"]) or "none"
         changes = window.get("changes", "") if isinstance(window, dict) else ""
@@ -356,6 +390,10 @@ def _print_scheduler_table(rows: list) -> None:
         cpus = [c for _, c in totals if c is not None]
         cpu = f", of CPU {statistics.median(cpus):.2f} s" if len(cpus) == len(totals) else ""
         print(f"median sum of task durations, {dag_id}: {statistics.median(t for t, _ in totals):.2f} s{cpu}")
+    for dag_id, values in inside.items():
+        # The task process from before it parses the DAG file to its last report: what the task
+        # itself takes, without the supervisor's start and its wait for the process to end.
+        print(f"sums of in-process task seconds, {dag_id}: {', '.join(f'{v:.2f}' for v in values)}")
 
 
 def _cell(task: dict) -> str:
@@ -374,6 +412,18 @@ def main() -> int:
     )
     parser.add_argument(
         "--without-spark", action="store_true", help="with --scheduler: not the Spark copy of the DAG (faster)"
+    )
+    parser.add_argument(
+        "--without-pandas",
+        action="store_true",
+        help="with --scheduler: task processes cannot import pandas, as in a deployment without the spark extra",
+    )
+    parser.add_argument(
+        "--airflow-setting",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="with --scheduler: an Airflow setting of the deployment, e.g. workers.min_heartbeat_interval=1",
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: one run, in a fresh process
     args = parser.parse_args()

@@ -13,6 +13,7 @@ check after ``check_timeout`` seconds, firing an error event, even if the driver
 from __future__ import annotations
 
 import asyncio
+import inspect
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar
@@ -40,7 +41,16 @@ async def poll_readiness(
         await asyncio.sleep(poll_interval)
 
 
-class ReadinessPollingTrigger(BaseTrigger):
+class ArgumentsTrigger(BaseTrigger):
+    """A trigger serialized as its constructor's arguments: each argument of ``__init__`` is kept
+    as the attribute of the same name, and the triggerer re-creates the trigger from them."""
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
+        return f"{type(self).__module__}.{type(self).__qualname__}", {name: getattr(self, name) for name in names}
+
+
+class ReadinessPollingTrigger(ArgumentsTrigger):
     """Loads the Airflow connection ``conn_id``, then calls :meth:`check` in a thread every
     ``poll_interval`` seconds until it is not "waiting", and fires its verdict
     (``Readiness.to_event()``); any failure, or a check that takes longer than ``check_timeout``

@@ -30,44 +30,21 @@ from airflow_provider_cdc.cdc.sources.postgres.health import KEEP_SIZE_SQL, Heal
 from airflow_provider_cdc.cdc.sources.postgres.pending import Readiness, slot_readiness
 from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
 from airflow_provider_cdc.hooks.postgres_cdc import PostgresCdcHook, connection_info_from
-from airflow_provider_cdc.version_compat import BaseHook, BaseTrigger, TriggerEvent
-
-#: Seconds one poll (connect and queries) may take before the trigger gives up with an error event.
-DEFAULT_CHECK_TIMEOUT = 60.0
+from airflow_provider_cdc.triggers.polling import DEFAULT_CHECK_TIMEOUT, ArgumentsTrigger
+from airflow_provider_cdc.version_compat import BaseHook, TriggerEvent
 
 T = TypeVar("T")
 
 
-class SlotTrigger(BaseTrigger):
-    """What both slot triggers share: the connection and slot they watch, how often and how long
-    a poll may take, their serialized form, and the login before the first poll. A subclass adds
-    its own arguments (:meth:`own_arguments`) and its polls (:meth:`watch`)."""
+class LoginTrigger(ArgumentsTrigger):
+    """A trigger that logs in to a PostgreSQL-protocol server (PostgreSQL, YugabyteDB's YSQL)
+    before its first poll: :meth:`watch` polls with the login until the one event it fires."""
 
-    def __init__(self, postgres_conn_id: str, slot_name: str, poll_interval: float, check_timeout: float):
-        super().__init__()
-        self.postgres_conn_id = postgres_conn_id
-        self.slot_name = slot_name
-        self.poll_interval = poll_interval
-        self.check_timeout = check_timeout
-
-    def own_arguments(self) -> dict[str, Any]:
-        """The subclass's constructor arguments, serialized with the shared ones."""
-        return {}
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "postgres_conn_id": self.postgres_conn_id,
-                "slot_name": self.slot_name,
-                **self.own_arguments(),
-                "poll_interval": self.poll_interval,
-                "check_timeout": self.check_timeout,
-            },
-        )
+    conn_id: str
+    check_timeout: float
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await trigger_login(self.postgres_conn_id, self.check_timeout)
+        login = await trigger_login(self.conn_id, self.check_timeout)
         if isinstance(login, TriggerEvent):
             yield login
             return
@@ -77,6 +54,22 @@ class SlotTrigger(BaseTrigger):
     @abstractmethod
     def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         """The polls after the login, until the one event the trigger fires."""
+
+
+class SlotTrigger(LoginTrigger):
+    """What both PostgreSQL slot triggers share: the connection and slot they watch, how often
+    and how long a poll may take."""
+
+    def __init__(self, postgres_conn_id: str, slot_name: str, poll_interval: float, check_timeout: float):
+        super().__init__()
+        self.postgres_conn_id = postgres_conn_id
+        self.slot_name = slot_name
+        self.poll_interval = poll_interval
+        self.check_timeout = check_timeout
+
+    @property
+    def conn_id(self) -> str:  # type: ignore[override]
+        return self.postgres_conn_id
 
 
 class PostgresCdcChangesTrigger(SlotTrigger):
@@ -100,9 +93,6 @@ class PostgresCdcChangesTrigger(SlotTrigger):
         super().__init__(postgres_conn_id, slot_name, poll_interval, check_timeout)
         self.min_pending_bytes = min_pending_bytes
         self.publication_name = publication_name
-
-    def own_arguments(self) -> dict[str, Any]:
-        return {"min_pending_bytes": self.min_pending_bytes, "publication_name": self.publication_name}
 
     async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         while True:
@@ -139,9 +129,6 @@ class PostgresCdcSlotHealthTrigger(SlotTrigger):
         super().__init__(postgres_conn_id, slot_name, poll_interval, check_timeout)
         self.thresholds = thresholds
         self.watch_seconds = watch_seconds
-
-    def own_arguments(self) -> dict[str, Any]:
-        return {"thresholds": self.thresholds, "watch_seconds": self.watch_seconds}
 
     async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         thresholds = HealthThresholds.from_dict(self.thresholds)

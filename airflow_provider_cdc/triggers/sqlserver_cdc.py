@@ -36,19 +36,6 @@ class SqlServerCdcChangesTrigger(ReadinessPollingTrigger):
         self.server_time_zone = server_time_zone
         self.check_timeout = check_timeout
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "sqlserver_conn_id": self.sqlserver_conn_id,
-                "until": self.until,
-                "poll_interval": self.poll_interval,
-                "driver": self.driver,
-                "server_time_zone": self.server_time_zone,
-                "check_timeout": self.check_timeout,
-            },
-        )
-
     @property
     def conn_id(self) -> str:
         return self.sqlserver_conn_id

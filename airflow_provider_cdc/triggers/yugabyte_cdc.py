@@ -13,12 +13,12 @@ from airflow_provider_cdc.cdc.basics.errors import CdcError
 from airflow_provider_cdc.cdc.sources.postgres.connection import first_line
 from airflow_provider_cdc.cdc.sources.yugabyte import admin
 from airflow_provider_cdc.cdc.sources.yugabyte.pending import slot_readiness
-from airflow_provider_cdc.triggers.polling import poll_readiness
-from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, bounded, trigger_login
-from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
+from airflow_provider_cdc.triggers.polling import DEFAULT_CHECK_TIMEOUT, poll_readiness
+from airflow_provider_cdc.triggers.postgres_cdc import Login, LoginTrigger, bounded
+from airflow_provider_cdc.version_compat import TriggerEvent
 
 
-class YugabyteCdcChangesTrigger(BaseTrigger):
+class YugabyteCdcChangesTrigger(LoginTrigger):
     """Polls the slot every ``poll_interval`` with psycopg's async connection (YSQL speaks
     PostgreSQL's protocol: nothing blocks the triggerer's event loop, as in
     :class:`~.postgres_cdc.PostgresCdcChangesTrigger`); fires ``{"status": "success"}`` once the
@@ -44,24 +44,11 @@ class YugabyteCdcChangesTrigger(BaseTrigger):
         self.expires_ms = expires_ms
         self.check_timeout = check_timeout
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "yugabytedb_conn_id": self.yugabytedb_conn_id,
-                "slot_name": self.slot_name,
-                "until": self.until,
-                "poll_interval": self.poll_interval,
-                "expires_ms": self.expires_ms,
-                "check_timeout": self.check_timeout,
-            },
-        )
+    @property
+    def conn_id(self) -> str:  # type: ignore[override]
+        return self.yugabytedb_conn_id
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await trigger_login(self.yugabytedb_conn_id, self.check_timeout)
-        if isinstance(login, TriggerEvent):
-            yield login
-            return
+    async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         until = None if not self.until else datetime.fromisoformat(self.until)
 
         async def check() -> Any:

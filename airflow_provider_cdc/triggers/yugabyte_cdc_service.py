@@ -13,15 +13,15 @@ import psycopg
 
 from airflow_provider_cdc.cdc.basics.readiness import Readiness
 from airflow_provider_cdc.cdc.sources.yugabyte.lsn import ht_from_datetime
-from airflow_provider_cdc.triggers.polling import poll_readiness
-from airflow_provider_cdc.triggers.postgres_cdc import DEFAULT_CHECK_TIMEOUT, Login, bounded, trigger_login
-from airflow_provider_cdc.version_compat import BaseTrigger, TriggerEvent
+from airflow_provider_cdc.triggers.polling import DEFAULT_CHECK_TIMEOUT, poll_readiness
+from airflow_provider_cdc.triggers.postgres_cdc import Login, LoginTrigger, bounded
+from airflow_provider_cdc.version_compat import TriggerEvent
 
 #: The YSQL node's clock in microseconds (a hybrid time is it << 12), as ``admin.current_hybrid_time``.
 _CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 
-class YugabyteCdcServiceChangesTrigger(BaseTrigger):
+class YugabyteCdcServiceChangesTrigger(LoginTrigger):
     """Polls every ``poll_interval``: the masters still know ``stream_id`` (the RPC client, which
     has no async API, runs in a thread: ``asyncio.to_thread``, with its own connect and call
     timeouts of ``check_timeout``), and the YSQL node's clock (psycopg's async connection). Fires
@@ -51,25 +51,11 @@ class YugabyteCdcServiceChangesTrigger(BaseTrigger):
         self.check_timeout = check_timeout
         self.master_addresses = master_addresses  # the capture's, else the connection's extra
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "yugabytedb_conn_id": self.yugabytedb_conn_id,
-                "stream_id": self.stream_id,
-                "until": self.until,
-                "poll_interval": self.poll_interval,
-                "expires_ms": self.expires_ms,
-                "check_timeout": self.check_timeout,
-                "master_addresses": self.master_addresses,
-            },
-        )
+    @property
+    def conn_id(self) -> str:  # type: ignore[override]
+        return self.yugabytedb_conn_id
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        login = await trigger_login(self.yugabytedb_conn_id, self.check_timeout)
-        if isinstance(login, TriggerEvent):
-            yield login
-            return
+    async def watch(self, login: Login) -> AsyncIterator[TriggerEvent]:
         until = None if not self.until else datetime.fromisoformat(self.until)
 
         async def check() -> Any:
