@@ -38,14 +38,10 @@ def main() -> int:
     with workload.bench_cluster() as (cluster, _work):
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
-            conn.execute(
-                "INSERT INTO accounts (id, a, b, balance, note, attrs) SELECT g, g, g, g, 'note ' || g, "
-                "'{\"k\": 1}' FROM generate_series(1, %s) g",
-                (args.changes,),
-            )
+            workload.seed_one_transaction(conn, args.changes)
             admin.ensure_publication(conn, "bench_pub", [TableRef("public", "accounts")])
             status, _ = admin.ensure_slot(conn, "bench_slot", "bench")
-            conn.execute("UPDATE accounts SET balance = balance + 1, updated_at = now()")
+            workload.one_transaction(conn)
             target = admin.current_lsn(conn)
         print(f"one transaction of {args.changes} changes, {target - status.confirmed_flush_lsn} bytes of WAL")
         print("| logical_decoding_work_mem | peek s (median) | runs | spilled MB |")

@@ -246,16 +246,12 @@ def main() -> int:
         with cluster.connect("bench") as conn:
             workload.create_table(conn)
             if args.workload == "one-transaction":
-                conn.execute(
-                    "INSERT INTO accounts (id, a, b, balance, note, attrs) SELECT g, g, g, g, 'note ' || g, "
-                    "'{\"k\": 1}' FROM generate_series(1, %s) g",
-                    (args.changes,),
-                )
+                workload.seed_one_transaction(conn, args.changes)
             admin.ensure_publication(conn, "bench_pub", [TableRef("public", "accounts")])
             status, _ = admin.ensure_slot(conn, "bench_slot", "bench")
             started = time.monotonic()
             if args.workload == "one-transaction":
-                conn.execute("UPDATE accounts SET balance = balance + 1, updated_at = now()")
+                workload.one_transaction(conn)
             else:
                 workload.build_backlog(conn, args.changes)
             target = admin.current_lsn(conn)

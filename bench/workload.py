@@ -83,6 +83,20 @@ def build_backlog(conn, changes: int, seed: float = 0.42) -> None:
     conn.execute("CALL bench_backlog(%s, %s)", (changes, seed))
 
 
+def seed_one_transaction(conn, changes: int) -> None:
+    """The rows that :func:`one_transaction` updates (before the slot exists: not captured)."""
+    conn.execute(
+        "INSERT INTO accounts (id, a, b, balance, note, attrs) SELECT g, g, g, g, 'note ' || g, "
+        "'{\"k\": 1}' FROM generate_series(1, %s) g",
+        (changes,),
+    )
+
+
+def one_transaction(conn) -> None:
+    """One UPDATE of every row :func:`seed_one_transaction` wrote: a window of one large transaction."""
+    conn.execute("UPDATE accounts SET balance = balance + 1, updated_at = now()")
+
+
 def fill(conn, rows: int, batch: int = 1_000_000) -> None:
     for first in range(1, rows + 1, batch):
         conn.execute(FILL, {"first": first, "last": min(rows, first + batch - 1)})

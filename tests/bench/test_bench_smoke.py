@@ -41,6 +41,22 @@ def test_stream_window_benchmark():
     ratio(out, "ratio pg_recvlogical/limit")
     assert "raw decode rows (peek): 3" in out  # 3,000 changes plus BEGIN/COMMIT rows
     assert "pyspark imported by a window: False" in out
+    for reader in ("stream", "sql"):  # against the peers given the readers' decoding memory too
+        ratio(out, f"ratio window[{reader}]/limit at the same memory")
+        ratio(out, f"window[{reader}]/pg_recvlogical at the same memory")
+
+
+def test_stream_window_benchmark_of_one_transaction():
+    out = run("stream_window.py", "--changes", "3000", "--repeat", "1", "--workload", "one-transaction")
+    ratio(out, "ratio window[sql]/pg_recvlogical")
+
+
+def test_decoding_memory_benchmark():
+    out = run("decoding_memory.py", "--changes", "20000", "--settings", "64kB", "64MB", "--repeat", "1")
+    spilled = {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^\| (\w+) \| [\d.]+ \| [\d., ]+ \| (\d+) \|$", out, re.M)
+    }
+    assert spilled["64kB"] > 0 and spilled["64MB"] == 0, out  # the transaction spills only past the setting
 
 
 def test_backlog_scaling_benchmark():
