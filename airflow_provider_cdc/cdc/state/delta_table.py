@@ -68,7 +68,7 @@ class DeltaStateTable:
     def _writer(self) -> Any:
         from deltalake import WriterProperties
 
-        # Named, or delta-rs writes no compression at all once WriterProperties is given (~4 × the
+        # Named, or delta-rs writes no compression at all once WriterProperties is given (four times the
         # bytes of zstd on a state table, docs/benchmarks.md); zstd, as pyiceberg writes.
         return WriterProperties(max_row_group_size=self.row_group_rows, compression="ZSTD")
 
