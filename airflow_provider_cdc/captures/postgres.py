@@ -61,7 +61,7 @@ class PostgresCapture(Capture):
     idle_timeout_seconds: float = 300.0
     # How a stream window is read: "auto" (the SQL functions up to a size, else streaming), "sql", "stream".
     window_reader: str = "auto"
-    # The server's logical_decoding_work_mem for the sessions that decode a window (None: the server's own).
+    # The least logical_decoding_work_mem of the sessions that decode a window (None: the server's as it is).
     decoding_work_mem_bytes: int | None = DEFAULT_DECODING_WORK_MEM_BYTES
     # How long a run waits for a slot still held by a reader (a just-killed run's walsender).
     slot_release_timeout_seconds: float = 30.0

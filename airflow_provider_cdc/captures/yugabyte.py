@@ -114,15 +114,17 @@ class YugabyteCapture(PostgresCapture):
     # How long the acknowledgement may stream before it confirms what it has seen.
     acknowledge_timeout_seconds: float = 120.0
     incremental_watermarks: str = "insert_insert"
-    # PostgreSQL's logical_decoding_work_mem: YugabyteDB's walsender sizes its reorder buffer by its own flags.
+    # PostgreSQL's logical_decoding_work_mem: YugabyteDB sizes its reorder buffer by its own settings
+    # (yb_reorderbuffer_max_changes_in_memory), so the capture does not set it there.
     decoding_work_mem_bytes: int | None = None
 
     def validate_source(self) -> None:
         check_ysql_conn_id(self)
         if self.decoding_work_mem_bytes is not None:
             raise CdcConfigurationError(
-                "decoding_work_mem_bytes sets PostgreSQL's logical_decoding_work_mem, which YugabyteDB's "
-                "walsender does not use: leave it unset"
+                "decoding_work_mem_bytes raises PostgreSQL's logical_decoding_work_mem, which this capture does "
+                "not set on YugabyteDB (its reorder buffer has its own settings, such as "
+                "yb_reorderbuffer_max_changes_in_memory): leave it unset"
             )
         if self.lsn_type not in LSN_TYPES:
             raise CdcConfigurationError(f"lsn_type {self.lsn_type!r} is not one of {', '.join(LSN_TYPES)}")

@@ -30,11 +30,13 @@ SPEC_FORMAT = 1
 CATALOG_SECRET_ENV = "AIRFLOW_CDC_CATALOG_SECRET"
 
 
-#: The default of :attr:`CaptureOptions.decoding_work_mem_bytes`: a transaction of about a million
-#: changes of a narrow table decodes without spilling (the server's default, 64 MiB, holds ~250 k).
+#: PostgreSQL captures' default ``decoding_work_mem_bytes``: a transaction of about a million
+#: changes of a narrow table decodes without spilling (the server's default, 64 MB, holds ~250 k).
 DEFAULT_DECODING_WORK_MEM_BYTES = 256 * 1024 * 1024
-#: PostgreSQL's bounds of logical_decoding_work_mem (64 kB; MAX_KILOBYTES, in kB).
-DECODING_WORK_MEM_BOUNDS = (64 * 1024, (2**31 - 1) * 1024)
+#: Its bounds: PostgreSQL's least logical_decoding_work_mem (64 kB), and under 2 GiB, which 32-bit
+#: servers (MAX_KILOBYTES) and older ones on Windows (a 32-bit long in reorderbuffer.c) take; a
+#: server or role set higher keeps its own value.
+DECODING_WORK_MEM_BOUNDS = (64 * 1024, 2 * 1024**3 - 1024)
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,11 @@ class CaptureOptions:
     idle_timeout_seconds: float = 300.0
     # How a PostgreSQL stream window is read: auto | sql | stream (sources/postgres/sql_window.py).
     window_reader: str = "auto"
-    # The server's logical_decoding_work_mem for the sessions that decode a PostgreSQL window
-    # (None: the server's own). Past it the server spills a transaction's changes to disk and reads
-    # them back, which halves the decode rate of a large transaction (docs/architecture.md).
-    decoding_work_mem_bytes: int | None = DEFAULT_DECODING_WORK_MEM_BYTES
+    # The least logical_decoding_work_mem of the sessions that decode a PostgreSQL window (None: the
+    # server's as it is; a higher one is kept). Past it the server spills a transaction's changes to
+    # disk and reads them back, half the decode rate of a large transaction (docs/architecture.md).
+    # PostgreSQL captures set it (DEFAULT_DECODING_WORK_MEM_BYTES); a bare spec leaves the server's.
+    decoding_work_mem_bytes: int | None = None
     incremental_chunk_size: int = 50_000
     incremental_chunks_per_run: int = 20
     sink_format: str = "parquet"  # parquet | iceberg | delta (cdc/sinks/formats.py)
@@ -76,8 +79,9 @@ class CaptureOptions:
         whole = isinstance(memory, int) and not isinstance(memory, bool)
         if memory is not None and not (whole and low <= memory <= high):
             raise CdcConfigurationError(
-                f"decoding_work_mem_bytes must be None (the server's logical_decoding_work_mem) or a whole number "
-                f"of bytes from {low} (64 kB) to {high}, got {memory!r}"
+                f"decoding_work_mem_bytes must be None (the server's logical_decoding_work_mem as it is) or a "
+                f"whole number of bytes from {low} (64 kB) to {high} (just under 2 GiB; a server or role set "
+                f"higher keeps its own), got {memory!r}"
             )
         for name, minimum, unit in (
             ("max_changes_per_chunk", 1, ""),

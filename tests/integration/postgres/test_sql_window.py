@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from airflow_provider_cdc.cdc.basics.errors import CdcError, ConcurrentCaptureError, SlotMissingError
 from airflow_provider_cdc.cdc.sinks.reader import read_topic_arrow
 from airflow_provider_cdc.cdc.sources.postgres import admin, sql_session, sql_window
+from airflow_provider_cdc.cdc.sources.postgres.connection import SessionSettings, decoding_settings
 from airflow_provider_cdc.cdc.sources.postgres.decoder import LogicalMessage, decode_message
 from airflow_provider_cdc.cdc.sources.postgres.jobs import run_job
 from airflow_provider_cdc.cdc.sources.postgres.replication import ReplicationConnection, XLogData
@@ -481,44 +482,70 @@ def spilled_bytes(db) -> int:
 def test_a_large_transaction_decodes_in_memory_up_to_decoding_work_mem(shop, tmp_path, reader):
     """Past ``logical_decoding_work_mem`` the server spills a transaction's changes to disk and
     reads them back (half the decode rate of a large transaction, docs/benchmarks.md): the
-    capture's ``decoding_work_mem_bytes`` is the session's setting, on either reader."""
+    capture's ``decoding_work_mem_bytes`` raises the session's setting, on either reader. The
+    database is set to PostgreSQL's least (64 kB), as a DBA may set it."""
     db, start = shop
     db.execute("INSERT INTO items SELECT g, repeat(md5(g::text), 4), g FROM generate_series(1, 20000) g")
     end = db.current_lsn()
     landed_ops = []
     spills = {}
-    for memory in (64 * 1024, 64 * 1024 * 1024, None):
-        spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, decoding_work_mem_bytes=memory)
-        db.execute(f"SELECT pg_stat_reset_replication_slot({sql_window.quote_literal(db.slot)})")
-        entry = run_with(spec, reader, tmp_path / f"{reader}-{memory}")
-        landed_ops.append(entry.dataset("t.public.items").ops)
-        spills[memory] = spilled_bytes(db)
-    assert landed_ops == [{"c": 20000}] * 3
-    assert spills[64 * 1024] > 1_000_000  # 64 kB: the transaction's ~4 MB of changes went to disk
-    assert spills[64 * 1024 * 1024] == 0
-    assert spills[None] == 0  # the server's own setting (64 MB) holds this transaction too
+    db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET logical_decoding_work_mem = '64kB'")
+    try:
+        for memory in (None, 64 * 1024 * 1024):
+            spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, decoding_work_mem_bytes=memory)
+            db.execute(f"SELECT pg_stat_reset_replication_slot({sql_window.quote_literal(db.slot)})")
+            entry = run_with(spec, reader, tmp_path / f"{reader}-{memory}")
+            landed_ops.append(entry.dataset("t.public.items").ops)
+            spills[memory] = spilled_bytes(db)
+    finally:
+        db.execute(f"ALTER DATABASE {quote_ident(db.name)} RESET logical_decoding_work_mem")
+    assert landed_ops == [{"c": 20000}] * 2
+    assert spills[None] > 1_000_000  # the database's 64 kB: the transaction's ~4 MB went to disk
+    assert spills[64 * 1024 * 1024] == 0  # raised to 64 MB for the window's sessions
     assert confirmed_flush(db) == start
 
 
-def test_decoding_work_mem_is_validated_and_refused_for_yugabyte():
-    from airflow_provider_cdc.captures.postgres import PostgresCapture
-    from airflow_provider_cdc.captures.yugabyte import YugabyteCapture
-    from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError
-    from airflow_provider_cdc.cdc.planning.spec import CaptureOptions
-    from airflow_provider_cdc.cdc.sources.postgres.connection import decoding_settings
+def test_the_decoding_memory_is_raised_never_lowered(shop):
+    """The capture's setting is a floor: a server's, database's or role's higher setting is kept
+    (a DBA's choice), and a setting the server does not have changes nothing."""
+    db, _ = shop
 
-    for bad in (1024, True, 1.5, "256MB", 2**31 * 1024):
-        with pytest.raises(CdcConfigurationError, match="decoding_work_mem_bytes"):
-            CaptureOptions(decoding_work_mem_bytes=bad)
-    assert decoding_settings(256 * 1024 * 1024) == {"logical_decoding_work_mem": "262144kB"}
-    assert decoding_settings(None) == {}
-    common = {"yugabytedb_conn_id": "yb", "tables": ["public.t"], "topic_prefix": "shop", "sink_path": "/tmp/lake"}
-    assert YugabyteCapture(**common).capture_options().decoding_work_mem_bytes is None
-    postgres = PostgresCapture(postgres_conn_id="pg", **{k: v for k, v in common.items() if k != "yugabytedb_conn_id"})
-    assert postgres.capture_options().decoding_work_mem_bytes == 256 * 1024 * 1024
-    assert replace(postgres, decoding_work_mem_bytes=None).capture_options().decoding_work_mem_bytes is None
-    with pytest.raises(CdcConfigurationError, match="YugabyteDB"):
-        YugabyteCapture(**common, decoding_work_mem_bytes=1 << 26).validate_source()
+    def setting(settings: SessionSettings) -> str:
+        conn = sql_session.connect(db.info, settings)
+        try:
+            return conn.rows("SELECT current_setting('logical_decoding_work_mem') AS v")[0]["v"]
+        finally:
+            conn.close()
+
+    assert setting(SessionSettings()) == "64MB"  # the server's default
+    assert setting(decoding_settings(256 * 1024 * 1024)) == "256MB"
+    db.execute(f"ALTER DATABASE {quote_ident(db.name)} SET logical_decoding_work_mem = '1GB'")
+    try:
+        assert setting(decoding_settings(256 * 1024 * 1024)) == "1GB"
+        assert setting(decoding_settings(2 * 1024**3 - 1024)) == "2097151kB"
+    finally:
+        db.execute(f"ALTER DATABASE {quote_ident(db.name)} RESET logical_decoding_work_mem")
+    missing = SessionSettings(exact={"no_such_setting": "x"}, minimums={"no_such_memory": 5})
+    assert setting(missing) == "64MB"
+
+
+def test_both_ranges_of_a_split_window_decode_with_the_capture_memory(shop, tmp_path, monkeypatch):
+    """Both sessions of a window read as two ranges get the setting (the second range's too)."""
+    db, start = shop
+    monkeypatch.setattr(sql_window, "SPLIT_MIN_BYTES", 0)
+    end, _ = spanning_workload(db)
+    opened = []
+    real_connect = sql_window.connect
+
+    def recording_connect(info, settings=None):
+        opened.append(settings)
+        return real_connect(info, settings)
+
+    monkeypatch.setattr(sql_window, "connect", recording_connect)
+    spec = db.spec(TABLES, stream_window(1, start, end), tmp_path, decoding_work_mem_bytes=96 * 1024 * 1024)
+    run_with(spec, "sql", tmp_path / "split")
+    assert opened == [decoding_settings(96 * 1024 * 1024)] * 2
+    assert confirmed_flush(db) == start
 
 
 def test_the_reader_session_checks_for_a_dead_client_every_second(shop):

@@ -353,9 +353,7 @@ def test_keyless_tables_are_rewritten_as_multisets(spark, tmp_path):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_window_rewrites_only_the_files_of_its_keys(spark, tmp_path, fmt):
     log = EventLog(tmp_path / "events", {"id": pa.int64(), "status": pa.string(), "note": pa.string()}, ["id"])
-    # delta-rs sizes files by their compressed bytes, pyiceberg by the rows' Arrow bytes.
-    target = (16 if fmt == "delta" else 64) * 1024
-    state = state_table(fmt, tmp_path, target_file_size=target, row_group_rows=1000)
+    state = state_table(fmt, tmp_path, target_file_size=64 * 1024, row_group_rows=1000)
     log.snapshot([{"id": i, "status": "new", "note": f"order {i} " * 4} for i in range(20_000)])
     merge_windows(spark, log.events(spark), state, tag=log.tag())
     before = set(state.data_files())

@@ -38,6 +38,7 @@ error instead of running the policy's expression as the capture role and silentl
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -159,21 +160,38 @@ def quote_literal(text: str) -> str:
     return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def decoding_settings(work_mem_bytes: int | None) -> dict[str, str]:
-    """The settings of a session that decodes a window: ``logical_decoding_work_mem`` (in kB, the
-    setting's unit), or none to keep the server's."""
-    return {} if work_mem_bytes is None else {"logical_decoding_work_mem": f"{int(work_mem_bytes) // 1024}kB"}
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a session sets when it starts, where the server has the setting (an older server lacks
+    some; a setting it lacks changes nothing there): ``exact`` values, and ``minimums``, integers in
+    the setting's own unit that raise a lower value and keep a higher one (a DBA's or a role's)."""
+
+    exact: Mapping[str, str] = field(default_factory=dict)
+    minimums: Mapping[str, int] = field(default_factory=dict)
+
+    def with_exact(self, **values: str) -> SessionSettings:
+        return SessionSettings({**self.exact, **values}, self.minimums)
+
+    def statement(self) -> str | None:
+        """One statement that applies them, as SQL text (it also runs on a replication connection
+        and through ADBC, neither of which takes parameters here); None when there are none."""
+        rows = [f"({quote_literal(name)}, {quote_literal(value)}, false)" for name, value in self.exact.items()]
+        rows += [f"({quote_literal(name)}, '{int(value)}', true)" for name, value in self.minimums.items()]
+        if not rows:
+            return None
+        value = "CASE WHEN v.minimum THEN greatest(s.setting::bigint, v.value::bigint)::text ELSE v.value END"
+        return (
+            f"SELECT pg_catalog.set_config(s.name, {value}, false) FROM (VALUES {', '.join(rows)}) "
+            "AS v(name, value, minimum) JOIN pg_catalog.pg_settings s ON s.name = v.name"
+        )
 
 
-def settings_statement(settings: dict[str, str]) -> str:
-    """One statement giving the session each of ``settings`` that the server has (an older server
-    lacks some; a setting it lacks changes nothing there), as SQL text: it also runs on a
-    replication connection and through ADBC, neither of which takes parameters here."""
-    rows = ", ".join(f"({quote_literal(name)}, {quote_literal(value)})" for name, value in settings.items())
-    return (
-        "SELECT pg_catalog.set_config(s.name, v.value, false) "
-        f"FROM (VALUES {rows}) AS v(name, value) JOIN pg_catalog.pg_settings s ON s.name = v.name"
-    )
+def decoding_settings(work_mem_bytes: int | None) -> SessionSettings:
+    """The settings of a session that decodes a window: ``logical_decoding_work_mem`` at least
+    ``work_mem_bytes`` (the setting's unit is kB), or none to keep the server's as it is."""
+    if work_mem_bytes is None:
+        return SessionSettings()
+    return SessionSettings(minimums={"logical_decoding_work_mem": int(work_mem_bytes) // 1024})
 
 
 def check_sslkey(sslkey: str | None) -> None:

@@ -77,10 +77,14 @@ class StreamFlavour:
     # The source has the logical decoding SQL functions and the plain WindowCollector's rules, so a
     # window may be read through SQL into BatchWindowCollector (sql_window.py).
     sql_window: bool = False
+    # The decoding sessions raise logical_decoding_work_mem to the capture's decoding_work_mem_bytes.
+    decoding_memory: bool = False
 
 
 def _run_stream(spec: PostgresJobSpec, spark_provider: SparkProvider) -> CommitEntry:
-    return run_stream(spec, spark_provider, StreamFlavour(check_source=_check_stream_source, sql_window=True))
+    return run_stream(
+        spec, spark_provider, StreamFlavour(check_source=_check_stream_source, sql_window=True, decoding_memory=True)
+    )
 
 
 def use_system_allocator() -> None:
@@ -184,7 +188,8 @@ def _read_streaming(
     ``start``, inside it, where the SQL reader stopped: the walsender then sends what commits
     from there on, as a slot copy advanced to it does)."""
     with ReplicationConnection(spec.connection) as replication:
-        replication.apply_settings(decoding_settings(spec.options.decoding_work_mem_bytes))
+        if flavour.decoding_memory:
+            replication.apply_settings(decoding_settings(spec.options.decoding_work_mem_bytes))
         try:
             replication.start_logical(spec.slot_name, spec.window.from_lsn if start is None else start, options)
         except CdcError as exc:
@@ -211,7 +216,7 @@ def _read_sql(
     received = 0
     resume: int | None = None
     try:
-        settings = decoding_settings(spec.options.decoding_work_mem_bytes)
+        settings = decoding_settings(spec.options.decoding_work_mem_bytes if flavour.decoding_memory else None)
         with sql_window.SqlWindowReader(spec.connection, settings=settings) as reader:
             start, end = int(window.from_lsn), int(window.to_lsn)
             split = reader.split_point(start, end, confirmed_flush=confirmed)

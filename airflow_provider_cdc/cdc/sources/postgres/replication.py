@@ -30,7 +30,7 @@ from airflow_provider_cdc.cdc.basics.errors import (
     WalLostError,
 )
 from airflow_provider_cdc.cdc.sources.postgres import tls
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, settings_statement
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, SessionSettings
 from airflow_provider_cdc.cdc.sources.postgres.decoder import PG_EPOCH_OFFSET_US
 from airflow_provider_cdc.cdc.sources.postgres.lsn import Lsn
 from airflow_provider_cdc.cdc.sources.postgres.tables import quote_ident
@@ -136,15 +136,17 @@ class ReplicationConnection:
         row = self._execute("IDENTIFY_SYSTEM")
         return (row[0] or b"").decode(), None if len(row) < 4 or row[3] is None else row[3].decode()
 
-    def apply_settings(self, settings: dict[str, str]) -> None:
+    def apply_settings(self, settings: SessionSettings) -> None:
         """Give the session ``settings`` where the server has them (a ``replication=database``
         walsender runs SQL before ``START_REPLICATION``)."""
-        if not settings:
+        statement = settings.statement()
+        if statement is None:
             return
-        result = self._conn.exec_(settings_statement(settings).encode())
+        result = self._conn.exec_(statement.encode())
         if result.status != self._pq.ExecStatus.TUPLES_OK:
+            names = ", ".join([*settings.exact, *settings.minimums])
             raise CdcTransientError(
-                f"setting {', '.join(settings)} failed on replication connection {self._info.describe()}: "
+                f"setting {names} failed on replication connection {self._info.describe()}: "
                 f"{_error_text(result.error_message)}"
             )
 

@@ -16,7 +16,7 @@ from adbc_driver_manager import Error as AdbcError
 
 from airflow_provider_cdc.cdc.basics.errors import CdcError, CdcTransientError
 from airflow_provider_cdc.cdc.sources.postgres import tls
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, settings_statement
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, SessionSettings
 from airflow_provider_cdc.cdc.sources.postgres.replication import classify_start_error
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class Session:
             log.debug("closing the ADBC session failed", exc_info=True)
 
 
-def connect(info: PgConnectionInfo, settings: dict[str, str] | None = None) -> Session:
+def connect(info: PgConnectionInfo, settings: SessionSettings | None = None) -> Session:
     """An ADBC PostgreSQL session with ``info`` (libpq conninfo: the capture's session settings
     and TLS rules, as :func:`.connection.connect`) and ``settings`` where the server has them;
     errors never carry the password."""
@@ -204,8 +204,13 @@ def connect(info: PgConnectionInfo, settings: dict[str, str] | None = None) -> S
     # A peek runs to its end before it sends a row, and a backend notices a dead client only
     # when it writes: without this, a killed read would keep decoding (and hold the slot, as
     # "in use") for as long as the window takes. PostgreSQL 14+; older servers have no such setting.
+    statement = (settings or SessionSettings()).with_exact(client_connection_check_interval="1000").statement()
     try:
-        conn.rows(settings_statement({"client_connection_check_interval": "1000", **(settings or {})}))
+        conn.rows(statement)  # type: ignore[arg-type]
+    except DRIVER_ERRORS as exc:
+        conn.close()
+        message = _redacted(" ".join(str(exc).split()), info)
+        raise CdcTransientError(f"setting up the SQL reader's session on {info.describe()} failed: {message}") from None
     except BaseException:
         conn.close()
         raise

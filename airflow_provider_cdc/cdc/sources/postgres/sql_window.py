@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_cdc.cdc.basics.errors import CdcConfigurationError, CdcError, CdcTransientError
-from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, quote_literal
+from airflow_provider_cdc.cdc.sources.postgres.connection import PgConnectionInfo, SessionSettings, quote_literal
 from airflow_provider_cdc.cdc.sources.postgres.sql_session import (
     DRIVER_ERRORS,
     Session,
@@ -171,9 +171,9 @@ class SqlWindowReader:
     """One ADBC session reading one window; use as a context manager (closing it ends the
     session, and with it any temporary slot copy)."""
 
-    def __init__(self, info: PgConnectionInfo, *, prefetch: int | None = None, settings: dict[str, str] | None = None):
+    def __init__(self, info: PgConnectionInfo, *, prefetch: int | None = None, settings: SessionSettings | None = None):
         self._info = info
-        self._settings = dict(settings or {})  # each session's (connection.decoding_settings)
+        self._settings = settings or SessionSettings()  # each session's (connection.decoding_settings)
         self._prefetch = PREFETCH_BATCHES if prefetch is None else prefetch
         self._conn: Any = None
         self._readers: list[Iterator[pa.RecordBatch]] = []
@@ -334,7 +334,12 @@ class _LaterRange:
     has built the result (the driver releases the GIL meanwhile). :meth:`result` waits for it."""
 
     def __init__(
-        self, info: PgConnectionInfo, slot: str, start: int, query: Callable[[str], str], settings: dict[str, str]
+        self,
+        info: PgConnectionInfo,
+        slot: str,
+        start: int,
+        query: Callable[[str], str],
+        settings: SessionSettings,
     ):
         self._info, self._slot, self._start, self._query = info, slot, start, query
         self._settings = settings
