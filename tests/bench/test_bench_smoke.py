@@ -47,7 +47,9 @@ def test_stream_window_benchmark():
 
 
 def test_stream_window_benchmark_of_one_transaction():
-    out = run("stream_window.py", "--changes", "3000", "--repeat", "1", "--workload", "one-transaction")
+    out = run(
+        "stream_window.py", "--changes", "3000", "--repeat", "1", "--workload", "one-transaction", "--readers", "sql"
+    )
     ratio(out, "ratio window[sql]/pg_recvlogical")
 
 
